@@ -1,0 +1,210 @@
+"""CUDA C -> PTX, without a GPU or a driver.
+
+The main path is NVRTC, called in-process through ctypes on the libnvrtc.so.13 that the ``nvidia-cuda-nvrtc==13.0.88``
+wheel ships (no driver, no gcc needed; 20-50 ms per kernel). Its PTX is byte-identical to ``nvcc -ptx -arch=sm_90 -O3``
+of CUDA 13.0, so checked-in .ptx files next to each .cu can be reproduced exactly and serve as the fallback where the
+wheel is missing. nvcc and clang-19 are optional cross-checks.
+
+Command line: ``python -m qwengpu.toolchain regen FILE.cu ...`` rewrites the .ptx beside each file.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ARCH = "compute_90"
+
+
+class CompileError(Exception):
+    """CUDA source failed to compile; the message carries the compiler's log."""
+
+
+class NVRTCUnavailable(RuntimeError):
+    """libnvrtc.so.13 (from the nvidia-cuda-nvrtc wheel) could not be found or loaded."""
+
+
+_lib = None                 # the loaded libnvrtc, once
+_lib_error: str | None = None
+_cache: dict[tuple[str, str, str], str] = {}
+
+
+def _nvrtc_dirs() -> list[Path]:
+    """Folders that may hold libnvrtc.so.13: every entry of the ``nvidia`` namespace package's path."""
+    try:
+        import nvidia  # namespace package from the nvidia-cuda-nvrtc wheel
+    except ImportError:
+        return []
+    return [Path(p) / "cu13" / "lib" for p in getattr(nvidia, "__path__", [])]
+
+
+def _load():
+    global _lib, _lib_error
+    if _lib is not None:
+        return _lib
+    if _lib_error is not None:
+        raise NVRTCUnavailable(_lib_error)
+    for d in _nvrtc_dirs():
+        lib_path = d / "libnvrtc.so.13"
+        if not lib_path.exists():
+            continue
+        try:
+            # The builtins library must be loaded globally first: libnvrtc dlopens it by soname and otherwise fails
+            # with NVRTC_ERROR_BUILTIN_OPERATION_FAILURE at compile time.
+            builtins = d / "libnvrtc-builtins.so.13.0"
+            if builtins.exists():
+                ctypes.CDLL(str(builtins), mode=ctypes.RTLD_GLOBAL)
+            lib = ctypes.CDLL(str(lib_path))
+        except OSError as e:
+            _lib_error = f"cannot load {lib_path}: {e}"
+            raise NVRTCUnavailable(_lib_error) from e
+        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        lib.nvrtcGetErrorString.argtypes = [ctypes.c_int]
+        _lib = lib
+        return lib
+    _lib_error = "libnvrtc.so.13 not found: install nvidia-cuda-nvrtc==13.0.88"
+    raise NVRTCUnavailable(_lib_error)
+
+
+def nvrtc_available() -> bool:
+    """True when NVRTC can be loaded in this process."""
+    try:
+        _load()
+        return True
+    except NVRTCUnavailable:
+        return False
+
+
+def _check(lib, rc: int, what: str) -> None:
+    if rc != 0:
+        raise CompileError(f"{what} failed: {lib.nvrtcGetErrorString(rc).decode()}")
+
+
+def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
+    """Compile CUDA C++ ``source`` to PTX text with NVRTC (optimised, as nvcc -O3).
+
+    Raises CompileError with NVRTC's log on a compile error, NVRTCUnavailable when the library is missing.
+    Results are cached in memory by (source, name, arch).
+    """
+    key = (source, name, arch)
+    if key in _cache:
+        return _cache[key]
+    lib = _load()
+    prog = ctypes.c_void_p()
+    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
+           "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device"]
+        arr = (ctypes.c_char_p * len(opts))(*opts)
+        rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+        if rc != 0:
+            size = ctypes.c_size_t()
+            lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            lib.nvrtcGetProgramLog(prog, log)
+            raise CompileError(f"NVRTC failed to compile {name} ({lib.nvrtcGetErrorString(rc).decode()}):\n"
+                               f"{log.value.decode(errors='replace')}")
+        size = ctypes.c_size_t()
+        _check(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
+        buf = ctypes.create_string_buffer(size.value)
+        _check(lib, lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    ptx = buf.value.decode()
+    _cache[key] = ptx
+    return ptx
+
+
+def compile_with_nvcc(path) -> str | None:
+    """PTX from ``nvcc -ptx -arch=sm_90 -O3`` for the .cu at ``path``; None when nvcc is not on PATH."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.ptx"
+        r = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-O3", str(path), "-o", str(out)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CompileError(f"nvcc failed on {path}:\n{r.stderr}")
+        return out.read_text()
+
+
+# clang compiles CUDA without the CUDA headers (-nocudainc), so the few builtins our kernels use are defined here.
+# __syncthreads needs nothing: clang knows it as a builtin.
+_CLANG_HEADER = r"""
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+struct __qg_uint3 { unsigned x, y, z; };
+// Macros rather than clang's property structs: y/z reads are readnone intrinsics, dropped at -O3 when unused.
+#define threadIdx (__qg_uint3{__nvvm_read_ptx_sreg_tid_x(), __nvvm_read_ptx_sreg_tid_y(), __nvvm_read_ptx_sreg_tid_z()})
+#define blockDim (__qg_uint3{__nvvm_read_ptx_sreg_ntid_x(), __nvvm_read_ptx_sreg_ntid_y(), __nvvm_read_ptx_sreg_ntid_z()})
+#define blockIdx (__qg_uint3{__nvvm_read_ptx_sreg_ctaid_x(), __nvvm_read_ptx_sreg_ctaid_y(), __nvvm_read_ptx_sreg_ctaid_z()})
+#define gridDim (__qg_uint3{__nvvm_read_ptx_sreg_nctaid_x(), __nvvm_read_ptx_sreg_nctaid_y(), __nvvm_read_ptx_sreg_nctaid_z()})
+static __device__ inline void __threadfence_system() { __nvvm_membar_sys(); }
+static __device__ inline int atomicAdd(int *p, int v) { return __nvvm_atom_add_gen_i(p, v); }
+static __device__ inline unsigned atomicAdd(unsigned *p, unsigned v) {
+    return (unsigned)__nvvm_atom_add_gen_i((int *)p, (int)v); }
+"""
+
+
+def compile_with_clang(path) -> str | None:
+    """PTX from clang-19 (CUDA device-only, no CUDA install) for the .cu at ``path``; None when clang-19 is absent."""
+    clang = shutil.which("clang-19")
+    if clang is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        hdr = Path(tmp) / "qg_cuda.h"
+        hdr.write_text(_CLANG_HEADER)  # __syncthreads is a clang builtin already
+        out = Path(tmp) / "out.ptx"
+        r = subprocess.run([clang, "-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
+                            "--cuda-path=/nonexistent", "--cuda-gpu-arch=sm_90", "-S", "-O3",
+                            "-include", str(hdr), str(path), "-o", str(out)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise CompileError(f"clang-19 failed on {path}:\n{r.stderr}")
+        return out.read_text()
+
+
+def ptx_for(path_or_source) -> str:
+    """PTX for a .cu path or for CUDA source text (text containing ``__global__``).
+
+    For a path, NVRTC compiles the file when it can be loaded; otherwise the checked-in .ptx beside it is returned
+    (CompileError when there is neither).
+    """
+    if isinstance(path_or_source, str) and "__global__" in path_or_source:
+        return compile_cuda(path_or_source)
+    path = Path(path_or_source)
+    src = path.read_text()
+    try:
+        return compile_cuda(src, name=path.name)
+    except NVRTCUnavailable as e:
+        ptx = path.with_suffix(".ptx")
+        if ptx.exists():
+            return ptx.read_text()
+        raise CompileError(f"{e}, and no checked-in {ptx.name} beside {path}") from e
+
+
+def regenerate(path) -> Path:
+    """Compile the .cu at ``path`` with NVRTC and write the .ptx beside it; returns the .ptx path."""
+    path = Path(path)
+    out = path.with_suffix(".ptx")
+    out.write_text(compile_cuda(path.read_text(), name=path.name))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2 or argv[0] != "regen":
+        print("usage: python -m qwengpu.toolchain regen FILE.cu ...", file=sys.stderr)
+        return 2
+    for f in argv[1:]:
+        print(os.fspath(regenerate(f)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
