@@ -1,0 +1,402 @@
+"""A parser for the PTX subset that nvcc, NVRTC and clang emit for small integer kernels.
+
+It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
+It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
+machine cannot have: vector operands, .shared/.local/.const state, device functions and calls, global variables,
+float immediates. What an instruction means is left to the lowering: opcodes are kept exactly as written (``.u32`` and
+``.b32`` spellings both survive).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+VERSION_MIN, VERSION_MAX = (7, 8), (9, 5)
+
+
+class PTXError(Exception):
+    """The PTX is malformed or outside the supported subset; the message names the line and the offending text."""
+
+
+@dataclass(frozen=True)
+class Reg:
+    name: str           # "%r1", "%rd3", "%p2", "%rs1", or a special register such as "%tid.x"
+
+
+@dataclass(frozen=True)
+class Imm:
+    value: int
+
+
+@dataclass(frozen=True)
+class Label:
+    name: str           # a label definition in a kernel body, or a branch target operand
+
+
+@dataclass(frozen=True)
+class Mem:
+    base: Reg | str | None      # register, parameter symbol ("vadd_param_0"), or None for an absolute address
+    offset: int
+
+
+@dataclass(frozen=True)
+class Instruction:
+    opcode: str                 # full dotted opcode as written, guard removed: "ld.volatile.global.u32"
+    operands: tuple             # Reg | Imm | Label | Mem, destination first, as in the text
+    guard: Reg | None           # "@%p1" -> Reg("%p1")
+    guard_negated: bool         # "@!%p1"
+    line: int                   # 1-based line in the PTX text
+    text: str                   # the statement as written, stripped, without the ';'
+
+    @property
+    def base(self) -> str:
+        """The first dotted part of the opcode: "ld" for "ld.global.u32"."""
+        return self.opcode.split(".", 1)[0]
+
+    @property
+    def modifiers(self) -> tuple[str, ...]:
+        """The opcode's dotted parts after the base: ("global", "u32") for "ld.global.u32"."""
+        return tuple(self.opcode.split(".")[1:])
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str           # "u64", "u32", "b32", "s32", ...
+
+
+@dataclass
+class Kernel:
+    name: str
+    params: list[Param] = field(default_factory=list)
+    body: list = field(default_factory=list)            # Instruction | Label, in text order
+    registers: dict[str, str] = field(default_factory=dict)  # "%r" -> "b32", "%p" -> "pred"
+
+
+@dataclass
+class Module:
+    version: str
+    target: str
+    address_size: int
+    kernels: dict[str, Kernel] = field(default_factory=dict)
+
+
+# Special registers are always in scope; whether the machine has one is the lowering's decision.
+_SPECIAL = re.compile(r"%(?:n?tid|n?ctaid|nclusterid|clusterid)\.[xyz]$|%(?:laneid|warpid|nwarpid|smid|nsmid|gridid|"
+                      r"clock|clock64|globaltimer|lanemask_(?:eq|le|lt|ge|gt)|envreg\d+)$")
+_IDENT = r"[A-Za-z_$][\w$]*"
+_REG = re.compile(r"%" + _IDENT + r"(?:\.[xyz])?$")
+_SYMBOL = re.compile(_IDENT + "$")
+_OPCODE = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*$")
+_INT = re.compile(r"(-)?\s*(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]+|[1-9][0-9]*|0)U?$")
+_FLOAT = re.compile(r"-?(0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]*\.[0-9]*(?:[eE][-+]?[0-9]+)?|"
+                    r"[0-9]+[eE][-+]?[0-9]+)$")
+_TYPE = re.compile(r"\.([usbf](?:8|16|32|64))$")
+
+# Directives that come without ';' and end at the end of their line.
+_ONE_LINE = (".version", ".target", ".address_size", ".file", ".loc")
+# Performance-tuning directives, after an entry's parameter list or in its body: no effect on a 4-lane warp.
+_PERF = {"maxntid", "reqntid", "minnctapersm", "maxnctapersm", "maxnreg", "noreturn", "explicitcluster",
+         "reqnctapercluster", "maxclusterrank", "blocksareclusters", "pragma"}
+# State spaces and declarations that the machine has no storage for.
+_UNSUPPORTED_DECL = {"shared", "local", "const", "global", "extern", "func", "param", "tex", "surfref", "texref",
+                     "samplerref", "weak", "common", "callprototype", "alias"}
+
+
+def _err(line: int, msg: str, text: str) -> PTXError:
+    return PTXError(f"line {line}: {msg}: {text.strip()!r}")
+
+
+def _strip_comments(text: str) -> str:
+    """Blank out // and /* */ comments (outside strings), keeping every newline so line numbers hold."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = text.find('"', i + 1)
+            j = n if j < 0 else j + 1
+            out.append(text[i:j])
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            if j < 0:
+                line = text.count("\n", 0, i) + 1
+                raise _err(line, "unterminated /* comment", text[i:i + 20])
+            out.append(" " + "\n" * text.count("\n", i, j))
+            i = j + 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _chunks(text: str):
+    """Split comment-free PTX into (line, text, terminator) statements.
+
+    A statement ends at ';', '{', '}', a label's ':', or (for the one-line directives) at its newline; the line is
+    where its first character stands. The terminator is None for text left at the end.
+    """
+    buf: list[str] = []
+    start, line = 0, 1
+    for ch in text:
+        pending = "".join(buf).strip()
+        if ch == "\n":
+            if pending.startswith(_ONE_LINE):
+                yield start, pending, "\n"
+                buf = []
+            elif buf:
+                buf.append(ch)
+            line += 1
+            continue
+        if ch in ";{}" or (ch == ":" and _SYMBOL.match(pending)):
+            yield (start if pending else line), pending, ch
+            buf = []
+            continue
+        if not pending and not ch.isspace():
+            start = line
+        buf.append(ch)
+    pending = "".join(buf).strip()
+    if pending:
+        yield start, pending, (("\n" if pending.startswith(_ONE_LINE) else None))
+
+
+def _parse_int(s: str, line: int, text: str) -> int:
+    s = s.strip()
+    if _FLOAT.match(s):
+        raise _err(line, f"float immediate {s} is not supported", text)
+    m = _INT.match(s)
+    if not m:
+        raise _err(line, f"bad integer {s!r}", text)
+    digits = m.group(2)
+    if digits[:2] in ("0x", "0X", "0b", "0B"):
+        v = int(digits, 0)
+    elif len(digits) > 1 and digits[0] == "0":
+        v = int(digits, 8)          # PTX, like C, reads a leading 0 as octal
+    else:
+        v = int(digits)
+    return -v if m.group(1) else v
+
+
+def _check_version(v: str, line: int, text: str) -> None:
+    m = re.fullmatch(r"(\d+)\.(\d+)", v)
+    if not m or not VERSION_MIN <= (int(m.group(1)), int(m.group(2))) <= VERSION_MAX:
+        lo, hi = (f"{a}.{b}" for a, b in (VERSION_MIN, VERSION_MAX))
+        raise _err(line, f"PTX .version {v} is not supported (accepted: {lo} to {hi})", text)
+
+
+class _KernelParser:
+    """Collects one kernel's body; checks registers, labels and symbols against its declarations."""
+
+    def __init__(self, kernel: Kernel, line: int):
+        self.k, self.line = kernel, line
+        self.counts: dict[str, int | None] = {}     # register prefix -> count declared with <N>, None for a name
+        self.labels: dict[str, int] = {}
+        self.targets: list[tuple[str, Instruction]] = []
+
+    def directive(self, line: int, text: str) -> None:
+        name = text.split(None, 1)[0][1:]
+        if name == "reg":
+            self._reg(line, text)
+        elif name in _PERF or name == "loc":
+            return
+        elif name in _UNSUPPORTED_DECL:
+            raise _err(line, f".{name} declarations are not supported", text)
+        else:
+            raise _err(line, f"unknown directive .{name}", text)
+
+    def _reg(self, line: int, text: str) -> None:
+        m = re.fullmatch(r"\.reg\s+\.(\w+)\s+(.+)", text, re.S)
+        if not m:
+            raise _err(line, "bad .reg declaration", text)
+        typ = m.group(1)
+        if typ.startswith("v") and typ[1:].isdigit():
+            raise _err(line, "vector registers are not supported", text)
+        for item in m.group(2).split(","):
+            r = re.fullmatch(r"\s*(%" + _IDENT + r")\s*(?:<\s*(\d+)\s*>)?\s*", item)
+            if not r:
+                raise _err(line, f"bad register name {item.strip()!r}", text)
+            self.k.registers[r.group(1)] = typ
+            self.counts[r.group(1)] = int(r.group(2)) if r.group(2) else None
+
+    def label(self, line: int, name: str) -> None:
+        if name in self.labels:
+            raise _err(line, f"label {name} is defined twice (first on line {self.labels[name]})", name + ":")
+        self.labels[name] = line
+        self.k.body.append(Label(name))
+
+    def reg(self, name: str, line: int, text: str) -> Reg:
+        if not _REG.match(name):
+            raise _err(line, f"bad register {name!r}", text)
+        if _SPECIAL.match(name) or self.counts.get(name, 0) is None:
+            return Reg(name)
+        # Split "%rd12" into prefix "%rd" and index 12: the lazy prefix stops where only digits remain.
+        m = re.fullmatch(r"(%" + _IDENT + r"?)(\d+)", name)
+        n = self.counts.get(m.group(1)) if m else None
+        if n is None:
+            raise _err(line, f"register {name} is not declared", text)
+        if int(m.group(2)) >= n:
+            raise _err(line, f"register {name} is outside {m.group(1)}<{n}>", text)
+        return Reg(name)
+
+    def operand(self, s: str, line: int, text: str):
+        s = s.strip()
+        if not s:
+            raise _err(line, "empty operand", text)
+        if s.startswith("["):
+            if not s.endswith("]"):
+                raise _err(line, f"bad memory operand {s!r}", text)
+            return self._mem(s[1:-1].strip(), line, text)
+        if s.startswith("%"):
+            return self.reg(s, line, text)
+        if s[0] in "!|" or "|" in s:
+            raise _err(line, f"operand {s!r} is not supported", text)
+        if _SYMBOL.match(s):
+            return Label(s)
+        return Imm(_parse_int(s, line, text))
+
+    def _mem(self, inner: str, line: int, text: str) -> Mem:
+        if _INT.match(inner) or _FLOAT.match(inner):
+            return Mem(None, _parse_int(inner, line, text))     # an absolute address
+        m = re.fullmatch(r"(%?" + _IDENT + r"(?:\.[xyz])?)\s*(?:([+-])(.+))?", inner, re.S)
+        if not m:
+            raise _err(line, f"bad memory operand [{inner}]", text)
+        off = 0
+        if m.group(2):
+            off = _parse_int(m.group(3), line, text)      # "+-8" parses "-8"
+            off = -off if m.group(2) == "-" else off
+        if m.group(1).startswith("%"):
+            return Mem(self.reg(m.group(1), line, text), off)
+        if m.group(1) not in {p.name for p in self.k.params}:
+            raise _err(line, f"unknown symbol {m.group(1)} (only parameters can be addressed)", text)
+        return Mem(m.group(1), off)
+
+    def instruction(self, line: int, text: str) -> None:
+        guard, negated, rest = None, False, text
+        g = re.match(r"@(!?)\s*(%[\w$]+)\s+", text)
+        if g:
+            negated, rest = bool(g.group(1)), text[g.end():]
+            guard = self.reg(g.group(2), line, text)
+            if self.k.registers.get(re.sub(r"\d+$", "", guard.name)) != "pred" \
+                    and self.k.registers.get(guard.name) != "pred":
+                raise _err(line, f"guard {guard.name} is not a .pred register", text)
+        parts = rest.split(None, 1)
+        opcode = parts[0]
+        if not _OPCODE.match(opcode):
+            raise _err(line, f"bad opcode {opcode!r}", text)
+        ops = tuple(self.operand(s, line, text) for s in parts[1].split(",")) if len(parts) > 1 else ()
+        ins = Instruction(opcode, ops, guard, negated, line, " ".join(text.split()))
+        self.targets += [(o.name, ins) for o in ops if isinstance(o, Label)]
+        self.k.body.append(ins)
+
+    def finish(self) -> Kernel:
+        for name, ins in self.targets:
+            if name not in self.labels:
+                raise _err(ins.line, f"label {name} is not defined in kernel {self.k.name}", ins.text)
+        return self.k
+
+
+def _parse_header(line: int, text: str) -> Kernel:
+    """`.visible .entry name( .param .u64 name_param_0, ... ) [.maxntid ...]` -> Kernel with its params."""
+    m = re.fullmatch(r"((?:\.\w+\s+)*)\.entry\s+(" + _IDENT + r")\s*\((.*)\)(.*)", text, re.S)
+    if not m:
+        if re.search(r"(^|\s)\.func\b", text):
+            raise _err(line, "device functions (.func) are not supported", text)
+        raise _err(line, "expected a kernel header '.entry name(...)'", text)
+    for q in m.group(1).split():
+        if q not in (".visible", ".weak"):
+            raise _err(line, f"kernel qualifier {q} is not supported", text)
+    k = Kernel(m.group(2))
+    params = m.group(3).strip()
+    for p in params.split(",") if params else ():
+        toks = p.split()
+        if not toks or toks[0] != ".param" or len(toks) < 3:
+            raise _err(line, f"bad parameter {p.strip()!r}", text)
+        pname, types, i = toks[-1], [], 1
+        while i < len(toks) - 1:
+            t = toks[i]
+            if t == ".align":
+                i += 1      # ".align N": alignment is not the machine's concern
+            elif _TYPE.match(t):
+                types.append(t[1:])
+            elif t not in (".ptr", ".global", ".const", ".local", ".shared"):   # clang's pointer annotations
+                raise _err(line, f"parameter qualifier {t} is not supported", text)
+            i += 1
+        if "[" in pname or len(types) != 1 or not _SYMBOL.match(pname):
+            raise _err(line, f"parameter {p.strip()!r} is not supported (only scalar parameters)", text)
+        k.params.append(Param(pname, types[0]))
+    for d in re.findall(r"\.(\w+)", m.group(4)):
+        if d not in _PERF:
+            raise _err(line, f"unknown directive .{d} after the parameter list", text)
+    return k
+
+
+def parse(text: str) -> Module:
+    """Parse PTX text into a Module; raise PTXError (naming the line and text) on anything outside the subset."""
+    version = target = None
+    address_size = None
+    kernels: dict[str, Kernel] = {}
+    kp: _KernelParser | None = None
+    for line, stmt, term in _chunks(_strip_comments(text)):
+        if kp is None:
+            if term == "\n":
+                word, _, arg = stmt.partition(" ")
+                arg = arg.strip()
+                if word == ".version":
+                    _check_version(arg, line, stmt)
+                    version = arg
+                elif word == ".target":
+                    target = arg
+                elif word == ".address_size":
+                    if arg != "64":
+                        raise _err(line, f".address_size {arg} is not supported (only 64)", stmt)
+                    address_size = 64
+                continue        # .file: source names for debug info
+            if term == "{":
+                if version is None:
+                    raise _err(line, "a kernel before the .version directive", stmt)
+                kp = _KernelParser(_parse_header(line, stmt), line)
+                if kp.k.name in kernels:
+                    raise _err(line, f"kernel {kp.k.name} is defined twice", stmt)
+                continue
+            if not stmt:
+                if term == ";":
+                    continue
+                raise _err(line, f"unexpected '{term}'", term)
+            word = stmt.split(None, 1)[0]
+            if word.startswith(".") and word[1:] in _UNSUPPORTED_DECL | {"visible", "entry"}:
+                if re.search(r"(^|\s)\.func\b", stmt):
+                    raise _err(line, "device functions (.func) are not supported", stmt)
+                raise _err(line, "module-scope declarations are not supported", stmt)
+            raise _err(line, "unexpected statement at module scope" if term else "missing ';'", stmt)
+        # inside a kernel body
+        if term == "}":
+            if stmt:
+                raise _err(line, "missing ';'", stmt)
+            kernels[kp.k.name] = kp.finish()
+            kp = None
+        elif term == "{":
+            if stmt:
+                raise _err(line, "vector operands are not supported", stmt + " {")
+            raise _err(line, "nested { } scopes are not supported", "{")
+        elif term == ":":
+            kp.label(line, stmt)
+        elif term == "\n":
+            continue            # .loc line info
+        elif term is None:
+            raise _err(line, "missing ';'", stmt)
+        elif stmt.startswith("."):
+            kp.directive(line, stmt)
+        elif stmt:
+            kp.instruction(line, stmt)
+    if kp is not None:
+        raise _err(kp.line, f"kernel {kp.k.name} has no closing '}}'", f".entry {kp.k.name}")
+    if version is None:
+        raise PTXError("line 1: missing .version directive: " + repr(text[:40]))
+    if target is None:
+        raise PTXError("line 1: missing .target directive: " + repr(text[:40]))
+    if address_size is None:
+        raise PTXError("line 1: missing .address_size 64 directive: " + repr(text[:40]))
+    return Module(version, target, address_size, kernels)
