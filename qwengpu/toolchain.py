@@ -140,11 +140,15 @@ _CLANG_HEADER = r"""
 #define __device__ __attribute__((device))
 struct __qg_uint3 { unsigned x, y, z; };
 // Macros rather than clang's property structs: y/z reads are readnone intrinsics, dropped at -O3 when unused.
-#define threadIdx (__qg_uint3{__nvvm_read_ptx_sreg_tid_x(), __nvvm_read_ptx_sreg_tid_y(), __nvvm_read_ptx_sreg_tid_z()})
-#define blockDim (__qg_uint3{__nvvm_read_ptx_sreg_ntid_x(), __nvvm_read_ptx_sreg_ntid_y(), __nvvm_read_ptx_sreg_ntid_z()})
-#define blockIdx (__qg_uint3{__nvvm_read_ptx_sreg_ctaid_x(), __nvvm_read_ptx_sreg_ctaid_y(), __nvvm_read_ptx_sreg_ctaid_z()})
-#define gridDim (__qg_uint3{__nvvm_read_ptx_sreg_nctaid_x(), __nvvm_read_ptx_sreg_nctaid_y(), __nvvm_read_ptx_sreg_nctaid_z()})
+#define threadIdx (__qg_uint3{(unsigned)__nvvm_read_ptx_sreg_tid_x(), (unsigned)__nvvm_read_ptx_sreg_tid_y(), (unsigned)__nvvm_read_ptx_sreg_tid_z()})
+#define blockDim (__qg_uint3{(unsigned)__nvvm_read_ptx_sreg_ntid_x(), (unsigned)__nvvm_read_ptx_sreg_ntid_y(), (unsigned)__nvvm_read_ptx_sreg_ntid_z()})
+#define blockIdx (__qg_uint3{(unsigned)__nvvm_read_ptx_sreg_ctaid_x(), (unsigned)__nvvm_read_ptx_sreg_ctaid_y(), (unsigned)__nvvm_read_ptx_sreg_ctaid_z()})
+#define gridDim (__qg_uint3{(unsigned)__nvvm_read_ptx_sreg_nctaid_x(), (unsigned)__nvvm_read_ptx_sreg_nctaid_y(), (unsigned)__nvvm_read_ptx_sreg_nctaid_z()})
 static __device__ inline void __threadfence_system() { __nvvm_membar_sys(); }
+static __device__ inline int max(int a, int b) { return a > b ? a : b; }
+static __device__ inline int min(int a, int b) { return a < b ? a : b; }
+static __device__ inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+static __device__ inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 static __device__ inline int atomicAdd(int *p, int v) { return __nvvm_atom_add_gen_i(p, v); }
 static __device__ inline unsigned atomicAdd(unsigned *p, unsigned v) {
     return (unsigned)__nvvm_atom_add_gen_i((int *)p, (int)v); }
