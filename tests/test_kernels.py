@@ -1,0 +1,289 @@
+"""qwengpu/kernels/*.cu on the reference interpreter, each compared with its numpy replay (tests/reference.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qwengpu import Device
+
+import reference as ref
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = ROOT / "qwengpu" / "kernels"
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def kernel(dev, file, name):
+    return dev.load_kernel(str(KERNELS / file), name)
+
+
+def random_words(rng, n, lo=INT32_MIN, hi=INT32_MAX):
+    return rng.integers(lo, hi, n, endpoint=True, dtype=np.int64).astype(np.int32)
+
+
+# ------------------------------------------------------------------------------------------------------------------ vadd
+
+@pytest.mark.parametrize("threads", [4, 8, 16])
+@pytest.mark.parametrize("n", [1, 3, 4, 16])
+def test_vadd(n, threads):
+    rng = np.random.default_rng(1000 * n + threads)
+    dev = Device(backend="interpreter")
+    a, b, c = dev.alloc(16), dev.alloc(16), dev.alloc(16)
+    av, bv = random_words(rng, 16), random_words(rng, 16)
+    av[:2] = [INT32_MAX, INT32_MIN]                     # wrap-around both ways
+    bv[:2] = [INT32_MAX, -1]
+    sentinel = np.full(16, 0x5A5A5A5A, dtype=np.int32)
+    dev.write(a, av)
+    dev.write(b, bv)
+    dev.write(c, sentinel)
+    dev.launch(kernel(dev, "vadd.cu", "vadd"), threads=threads, args=[a, b, c, n])
+    done = min(n, threads)
+    expect = sentinel.copy()
+    expect[:done] = ref.reference_vadd(av, bv, done)
+    np.testing.assert_array_equal(dev.read(c, 16), expect)
+    np.testing.assert_array_equal(dev.read(a, 16), av)   # inputs untouched
+    np.testing.assert_array_equal(dev.read(b, 16), bv)
+    assert dev.stats["launches"] == 1
+
+
+def test_vadd_same_tokens_on_two_devices():
+    streams = []
+    for _ in range(2):
+        dev = Device(backend="interpreter")
+        a, b, c = dev.alloc(8), dev.alloc(8), dev.alloc(8)
+        dev.write(a, np.arange(8, dtype=np.int32))
+        dev.write(b, np.arange(8, dtype=np.int32) * 3)
+        dev.launch(kernel(dev, "vadd.cu", "vadd"), threads=8, args=[a, b, c, 8])
+        streams.append([(t.id, t.origin) for t in dev.tokens])
+    assert streams[0] == streams[1]
+
+
+# ------------------------------------------------------------------------------------------------------------------ spin
+
+def _spin_run(flag_value_before, release_after, threads=4, k=1, v=100):
+    """Run spin on a fresh device with *flag = flag_value_before; after `release_after` records (None: never) the host
+    writes *flag = k. Returns (device, out address, list of each record's token ids, index of the release in tokens)."""
+    dev = Device(backend="interpreter")
+    flag, out = dev.alloc(1), dev.alloc(8)
+    dev.write(flag, np.array([flag_value_before], dtype=np.int32))
+    dev.write(out, np.full(8, -7, dtype=np.int32))
+    dev.start(kernel(dev, "spin.cu", "spin"), threads, [flag, k, out, v])
+    records, release_at, steps = [], None, 0
+    while dev.busy:
+        if release_after is not None and steps == release_after:
+            release_at = len(dev.tokens)
+            dev.write(flag, np.array([k], dtype=np.int32))
+        before = len(dev.tokens)
+        dev.step()
+        steps += 1
+        records.append([t.id for t in dev.tokens[before:]])
+        assert steps < 1000, "spin did not finish"
+    return dev, out, records, release_at
+
+
+@pytest.mark.parametrize("threads", [4, 8])
+def test_spin_waits_until_the_host_writes_the_flag(threads):
+    dev = Device(backend="interpreter")
+    flag, out = dev.alloc(1), dev.alloc(8)
+    dev.write(flag, np.array([0], dtype=np.int32))
+    dev.write(out, np.full(8, -7, dtype=np.int32))
+    dev.start(kernel(dev, "spin.cu", "spin"), threads, [flag, 3, out, 100])
+    for _ in range(10):
+        dev.step()
+        assert dev.busy, "spin ended while *flag < k"
+    dev.write(flag, np.array([2], dtype=np.int32))      # still below k = 3
+    for _ in range(10):
+        dev.step()
+        assert dev.busy, "spin ended while *flag < k"
+    dev.write(flag, np.array([3], dtype=np.int32))
+    for _ in range(100):
+        if not dev.busy:
+            break
+        dev.step()
+    assert not dev.busy
+    expect = np.full(8, -7, dtype=np.int32)
+    expect[:threads] = ref.reference_spin(threads, 100)
+    np.testing.assert_array_equal(dev.read(out, 8), expect)
+
+
+def test_spin_tokens_match_a_launch_with_the_flag_already_set():
+    # Released at record 12: the same tokens on two devices (the schedule depends only on what is written).
+    d1, out1, rec1, rel1 = _spin_run(0, 12)
+    d2, _, rec2, rel2 = _spin_run(0, 12)
+    assert [(t.id, t.origin) for t in d1.tokens] == [(t.id, t.origin) for t in d2.tokens]
+    assert rel1 == rel2
+    # The host's write record sits between two records, right where it was written.
+    released = d1.tokens[rel1:rel1 + 3]
+    assert [t.origin for t in released] == ["host"] * 3
+    assert released[0].id == d1.tokens[0].id            # MEM flag, the same header as the initial write of the flag
+    np.testing.assert_array_equal(d1.read(out1, 4), ref.reference_spin(4, 100))
+
+    # The flag set before the launch: the stepped run is these records with spin records inserted after the common
+    # prefix (the blocks before the loop), i.e. identical prefix and identical tail.
+    d3, out3, rec3, _ = _spin_run(1, None)
+    np.testing.assert_array_equal(d3.read(out3, 4), ref.reference_spin(4, 100))
+    assert len(rec1) > len(rec3) and len(rec1) >= 12
+    p = 0
+    while p < len(rec3) and rec1[p] == rec3[p]:
+        p += 1
+    assert p < len(rec3), "the stepped run and the preset run agree on every record of the preset run"
+    tail = len(rec3) - p
+    assert rec1[:p] == rec3[:p]
+    assert rec1[len(rec1) - tail:] == rec3[p:]
+    # A whole launch (dev.launch) writes exactly the stepped tokens of the preset run.
+    d4 = Device(backend="interpreter")
+    flag, out = d4.alloc(1), d4.alloc(8)
+    d4.write(flag, np.array([1], dtype=np.int32))
+    d4.write(out, np.full(8, -7, dtype=np.int32))
+    d4.launch(kernel(d4, "spin.cu", "spin"), threads=4, args=[flag, 1, out, 100])
+    assert [(t.id, t.origin) for t in d4.tokens] == [(t.id, t.origin) for t in d3.tokens]
+    # Released later: the same tail again, only more spin records before it.
+    d5, _, rec5, _ = _spin_run(0, 20)
+    assert len(rec5) > len(rec1)
+    assert rec5[len(rec5) - tail:] == rec3[p:]
+
+
+# ------------------------------------------------------------------------------------------------------------ XOR MLP
+
+class Mlp:
+    """Parameters, gradients, minibatch and loss word on one device (97 of the 127 words), the four kernels loaded."""
+
+    def __init__(self):
+        self.dev = Device(backend="interpreter")
+        self.p, self.g, self.batch, self.loss = (self.dev.alloc(32), self.dev.alloc(32), self.dev.alloc(32),
+                                                 self.dev.alloc(1))
+        self.k = {name: kernel(self.dev, "mlp.cu", name) for name in ("mlp_forward", "mlp_backward", "mlp_loss", "sgd")}
+
+    def put(self, addr, words):
+        self.dev.write(addr, np.asarray(words, dtype=np.int64).astype(np.int32))
+
+    def forward(self, ns):
+        self.dev.launch(self.k["mlp_forward"], threads=ref.H, args=[self.p, self.batch, ns])
+
+    def backward(self, ns):
+        self.dev.launch(self.k["mlp_backward"], threads=ns, args=[self.p, self.batch, self.g])
+
+    def loss_(self, ns):
+        self.dev.launch(self.k["mlp_loss"], threads=ns, args=[self.batch, self.loss])
+
+    def sgd(self):
+        self.dev.launch(self.k["sgd"], threads=ref.N_PARAMS, args=[self.p, self.g])
+
+
+def random_params(rng, scale=2 * ref.ONE):
+    return rng.integers(-scale, scale, 32, endpoint=True)
+
+
+def random_batch(rng, ns, scale=2 * ref.ONE):
+    batch = rng.integers(-scale, scale, 32, endpoint=True)
+    batch[ns:ref.S] = batch[ref.S + ns:2 * ref.S] = 0            # unused sample slots hold garbage-free zeros
+    return batch
+
+
+@pytest.mark.parametrize("ns", [8, 5, 1])
+def test_mlp_forward(ns):
+    rng = np.random.default_rng(ns)
+    m = Mlp()
+    p, batch = random_params(rng), random_batch(rng, ns)
+    m.put(m.p, p)
+    m.put(m.batch, batch)                    # o starts nonzero: the atomics accumulate onto it
+    m.forward(ns)
+    np.testing.assert_array_equal(m.dev.read(m.batch, 32), ref.reference_forward(p, batch, ns))
+    np.testing.assert_array_equal(m.dev.read(m.p, 32), ref.as_int32(p))
+
+
+def test_mlp_forward_wraps_like_int32():
+    rng = np.random.default_rng(7)
+    m = Mlp()
+    p, batch = random_words(rng, 32), random_words(rng, 32)
+    m.put(m.p, p)
+    m.put(m.batch, batch)
+    m.forward(8)
+    np.testing.assert_array_equal(m.dev.read(m.batch, 32), ref.reference_forward(p, batch, 8))
+
+
+@pytest.mark.parametrize("ns", [8, 6, 3])
+def test_mlp_backward(ns):
+    rng = np.random.default_rng(10 + ns)
+    m = Mlp()
+    p, batch, g = random_params(rng), random_batch(rng, ns), rng.integers(-1000, 1000, 32)
+    m.put(m.p, p)
+    m.put(m.batch, batch)
+    m.put(m.g, g)                            # g starts nonzero: the atomics accumulate onto it
+    m.backward(ns)
+    np.testing.assert_array_equal(m.dev.read(m.g, 32), ref.reference_backward(p, batch, g, ns))
+    np.testing.assert_array_equal(m.dev.read(m.batch, 32), ref.as_int32(batch))
+
+
+def test_mlp_backward_wraps_like_int32():
+    rng = np.random.default_rng(8)
+    m = Mlp()
+    p, batch, g = random_words(rng, 32), random_words(rng, 32), random_words(rng, 32)
+    m.put(m.p, p)
+    m.put(m.batch, batch)
+    m.put(m.g, g)
+    m.backward(8)
+    np.testing.assert_array_equal(m.dev.read(m.g, 32), ref.reference_backward(p, batch, g, 8))
+
+
+@pytest.mark.parametrize("ns", [8, 2])
+def test_mlp_loss(ns):
+    rng = np.random.default_rng(20 + ns)
+    m = Mlp()
+    batch = random_batch(rng, ns, scale=4 * ref.ONE)
+    batch[3 * ref.S] = 1 << 20                          # e e overflows into the sign bit: the shift is unsigned
+    m.put(m.batch, batch)
+    m.put(m.loss, [5])
+    m.loss_(ns)
+    assert int(m.dev.read(m.loss, 1)[0]) == ref.reference_loss(batch, 5, ns)
+
+
+def test_sgd_rounds_to_nearest():
+    rng = np.random.default_rng(30)
+    m = Mlp()
+    p = random_params(rng)
+    g = rng.integers(-5000, 5000, 32)
+    g[:8] = [32, -32, 31, -33, 96, -96, 0, 63]          # ties go up: (g + 32) >> 6
+    g[8:10] = [INT32_MAX, INT32_MIN]                     # g + 32 wraps
+    m.put(m.p, p)
+    m.put(m.g, g)
+    m.sgd()
+    got = m.dev.read(m.p, 32)
+    np.testing.assert_array_equal(got, ref.reference_sgd(p, g))
+    assert list(got[:8] - ref.as_int32(p)[:8]) == [-1, 0, 0, 1, -2, 1, 0, -1]
+
+
+def test_xor_training_matches_numpy_bit_for_bit():
+    m = Mlp()
+    p = ref.init_params(0)
+    rng = np.random.default_rng(100)
+    m.put(m.p, p)
+    for step in range(4):
+        batch = ref.sample_batch(rng, ref.S)            # the loader: x0, x1, t, and o = 0
+        m.put(m.batch, batch)
+        m.put(m.g, np.zeros(32, np.int64))
+        m.put(m.loss, [0])
+        records = m.dev.stats["records"]
+        m.forward(ref.S)
+        m.backward(ref.S)
+        m.loss_(ref.S)
+        m.sgd()
+        p_ref, batch_ref, g_ref, loss_ref = ref.reference_xor_train_step(p, batch, ref.S)
+        np.testing.assert_array_equal(m.dev.read(m.batch, 32), batch_ref, err_msg=f"step {step}: batch after forward")
+        np.testing.assert_array_equal(m.dev.read(m.g, 32), g_ref, err_msg=f"step {step}: gradients")
+        assert int(m.dev.read(m.loss, 1)[0]) == loss_ref, f"step {step}: loss"
+        np.testing.assert_array_equal(m.dev.read(m.p, 32), p_ref, err_msg=f"step {step}: parameters")
+        assert m.dev.stats["records"] > records
+        p = p_ref
+
+
+def test_reference_learns_xor():
+    # The replay the device must match does learn XOR (so the device's bit-for-bit agreement is worth something).
+    p = ref.init_params(0)
+    rng = np.random.default_rng(100)
+    for _ in range(300):
+        p = ref.reference_xor_train_step(p, ref.sample_batch(rng, ref.S), ref.S)[0]
+    out = ref.predict(p, ref.XOR_POINTS)
+    assert np.all(np.abs(out - ref.XOR_POINTS[:, 2]) < ref.ONE // 8), out
