@@ -1,0 +1,338 @@
+"""The driver: a QwenGPU as a CUDA-like device that is driven entirely through its token stream.
+
+The device knows the grammar (qwengpu.tokens) and nothing of the machine's arithmetic: it feeds the host's tokens,
+asks the backend for every token the model writes, routes write-back records whose header names a peer's aperture,
+and splices packets in at record boundaries.
+
+Example::
+
+    import numpy as np
+    from qwengpu import Device
+    dev = Device()
+    a, b, c = dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    dev.write(a, np.arange(4)); dev.write(b, np.full(4, 10))
+    k = dev.load_kernel("qwengpu/kernels/vadd.cu", "vadd")
+    dev.launch(k, threads=4, args=[a, b, c, 4])
+    dev.read(c, 4)          # array([10, 11, 12, 13], dtype=int32)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import tokens as T
+from .interpreter import Interpreter, Wait
+from .isa import LANES, SINK, MachineError, encode_block
+from .lower import Program, lower
+from .ptx import parse
+from .toolchain import ptx_for
+
+MAX_THREADS = 1024
+DEFAULT_RECORD_LIMIT = 200_000
+
+
+def make_backend(backend: str, **options):
+    if backend == "interpreter":
+        if options:
+            raise MachineError(f"the interpreter backend takes no options, got {sorted(options)}")
+        return Interpreter()
+    raise MachineError(f"unknown backend {backend!r}: this build has 'interpreter' (circuit and model come with the "
+                       "compiled-circuit issue)")
+
+
+@dataclass
+class Kernel:
+    """A kernel loaded on a device: its parsed PTX, lowered per launch (arguments are bound as immediates)."""
+    name: str
+    ptx: object
+    source: str
+    _programs: dict = field(default_factory=dict, repr=False)
+
+    def program(self, args: tuple[int, ...], threads: int) -> Program:
+        key = (args, threads)
+        if key not in self._programs:
+            self._programs[key] = lower(self.ptx, list(args), threads)
+        return self._programs[key]
+
+
+@dataclass(frozen=True)
+class Packet:
+    """A write record that left the device through an aperture: the header and its two payload VALs, as written."""
+    aperture: object
+    tokens: tuple[int, int, int]
+
+
+@dataclass
+class Record:
+    """One record the model wrote: its block, the register values, the stores, what comes next."""
+    kernel: str
+    block: int
+    values: list[int]
+    stores: list[tuple[int, int]]
+    next: int | None
+    wait: Wait | None
+    tokens: list[T.Token]
+
+
+class Device:
+    """A QwenGPU: 4 lanes, 15 registers, a 32-block ROM, 127 words of memory (word 127 is the sink).
+
+    backend: "interpreter" (the reference). router: set by a transport; ``router.route(address)`` returns an aperture
+    (with ``.multicast``) or None for local memory.
+    """
+
+    def __init__(self, backend: str = "interpreter", router=None, **options):
+        self.backend_name = backend
+        self.backend = make_backend(backend, **options)
+        self.router = router
+        self.tokens: list[T.Token] = []
+        self.stats = {"tokens_written": 0, "tokens_fed": 0, "records": 0, "launches": 0}
+        self.launch_records: list[int] = []
+        self._allocations: dict[int, int] = {}
+        self._rom: list[list[int] | None] = [None] * 32
+        self._outbox: list[Packet] = []
+        self._launch = None     # (kernel, program, warps left, records) while busy
+        self._pending: int | None = None
+        self._snapshot = None
+
+    # -- memory ----------------------------------------------------------------------------------------------------
+    def alloc(self, n: int, at: int | None = None) -> int:
+        """Reserve n consecutive words and return the first word's address (0..126; the sink is never given out)."""
+        n = _integer(n, "alloc size")
+        if not 1 <= n <= SINK:
+            raise MachineError(f"alloc({n}): size must be 1..{SINK} words")
+        taken = [(start, start + size) for start, size in self._allocations.items()]
+        if at is not None:
+            at = _integer(at, "alloc address")
+            if at < 0 or at + n > SINK:
+                raise MachineError(f"alloc({n}, at={at}): words {at}..{at + n - 1} are outside 0..{SINK - 1}")
+            if any(at < stop and start < at + n for start, stop in taken):
+                raise MachineError(f"alloc({n}, at={at}): overlaps an allocation")
+            self._allocations[at] = n
+            return at
+        start = 0
+        for lo, hi in sorted(taken):
+            if lo - start >= n:
+                break
+            start = max(start, hi)
+        if start + n > SINK:
+            free = SINK - sum(self._allocations.values())
+            raise MachineError(f"alloc({n}): out of device memory ({free} of {SINK} words free, none {n} in a row)")
+        self._allocations[start] = n
+        return start
+
+    def free(self, address: int) -> None:
+        if address not in self._allocations:
+            raise MachineError(f"free({address}): not the start of an allocation")
+        del self._allocations[address]
+
+    def write(self, address: int, words) -> None:
+        """Host -> device copy, fed as write records (MEM a, VAL lo, VAL hi), one per word."""
+        data = _words(words)
+        self._check_range(address, len(data), "write")
+        for offset, word in enumerate(data):
+            self._feed_all(T.write_record(address + offset, int(word)), T.HOST)
+
+    def read(self, address: int, n: int) -> np.ndarray:
+        """Device -> host copy: the host feeds READ a and the model writes the word's two VALs."""
+        self._check_range(address, n, "read")
+        out = np.zeros(n, dtype=np.uint32)
+        for offset in range(n):
+            self._feed(T.READ(address + offset), T.HOST)
+            lo, hi = self._write(), self._write()
+            out[offset] = T.argument(lo) | (T.argument(hi) << 16)
+        return out.view(np.int32)
+
+    def _check_range(self, address: int, n: int, what: str) -> None:
+        address, n = _integer(address, f"{what} address"), _integer(n, f"{what} count")
+        if n < 0 or address < 0 or address + n > SINK:
+            raise MachineError(f"{what} of {n} words at {address}: outside device memory 0..{SINK - 1}")
+        if self._launch is not None and what == "read":
+            raise MachineError(f"{what} during a launch: the model is writing a record")
+
+    # -- kernels ---------------------------------------------------------------------------------------------------
+    def load_kernel(self, source: str | Path, name: str) -> Kernel:
+        """Compile CUDA (a .cu path or source text) or read PTX (.ptx path or text) and pick kernel ``name``."""
+        text = str(source)
+        if isinstance(source, Path) or (len(text) < 4096 and "\n" not in text and text.endswith((".cu", ".ptx"))):
+            path = Path(text)
+            if not path.exists():
+                raise MachineError(f"kernel source {text} does not exist")
+            ptx_text = path.read_text() if path.suffix == ".ptx" else ptx_for(path)
+        elif ".entry" in text:
+            ptx_text = text
+        else:
+            ptx_text = ptx_for(text)
+        module = parse(ptx_text)
+        if name not in module.kernels:
+            raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(module.kernels)})")
+        return Kernel(name, module.kernels[name], ptx_text)
+
+    def launch(self, kernel: Kernel, threads: int, args: Sequence[int], max_records: int = DEFAULT_RECORD_LIMIT):
+        """Run a kernel to completion. A kernel still running after max_records records raises (hang detector)."""
+        self.start(kernel, threads, args)
+        try:
+            records = 0
+            while self.busy:
+                record = self.step()
+                records += 1
+                if records >= max_records and self.busy:
+                    where = ""
+                    if record.wait is not None:
+                        w = record.wait
+                        where = (f"; it spins on address {w.address} (value {w.value}, waits on {w.op} "
+                                 f"{w.expected})")
+                    raise MachineError(f"kernel {kernel.name} still running after {records} records{where}")
+        except Exception:
+            self._abort_launch()
+            raise
+
+    @property
+    def busy(self) -> bool:
+        return self._launch is not None
+
+    def start(self, kernel: Kernel, threads: int, args: Sequence[int]) -> None:
+        """Begin a launch: feed the program rows that changed and the first warp's header. Writes nothing yet."""
+        if self._launch is not None:
+            raise MachineError(f"start({kernel.name}): a launch of {self._launch['kernel'].name} is still running")
+        threads = _integer(threads, "threads")
+        if not 1 <= threads <= MAX_THREADS:
+            raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
+        args = tuple(_integer(a, "kernel argument") for a in args)
+        program = kernel.program(args, threads)
+        if program.barrier and threads > LANES:
+            raise MachineError(f"kernel {kernel.name} uses __syncthreads and threads={threads}: warps run one after "
+                               f"another, so a barrier needs threads <= {LANES}")
+        self._snapshot = (self.backend.snapshot(), len(self.tokens), dict(self.stats), list(self._rom))
+        for row, block in enumerate(program.blocks):
+            words = encode_block(block)
+            if self._rom[row] != words:
+                self._feed_all([T.ROM(row)] + [T.VAL(w) for w in words], T.HOST)
+                self._rom[row] = words
+        warps = [(base, min(LANES, threads - base)) for base in range(0, threads, LANES)]
+        self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0}
+        self.stats["launches"] += 1
+        self._next_warp()
+
+    def _next_warp(self) -> None:
+        base, lanes = self._launch["warps"].pop(0)
+        self._feed_all([T.WARP, T.VAL(base), T.VAL(lanes)], T.HOST)
+        self._pending = self._predict()
+
+    def step(self) -> Record:
+        """The model writes one record: the pending EXEC, the lanes' values, the write-backs; it then predicts the
+        next EXEC or END. A packet delivered after this returns lands before the next record."""
+        if self._launch is None:
+            raise MachineError("step() without a launch in progress")
+        kernel = self._launch["kernel"]
+        first = len(self.tokens)
+        exec_token = self._pending
+        block = T.argument(exec_token)
+        self._feed(exec_token, T.MODEL)
+        for _ in range(2 * LANES):
+            self._write()
+        stores = []
+        while True:
+            token = self._predict()
+            if T.kind(token) != "MEM":
+                break
+            stores.append(self._write_back(kernel, block, token))
+        run = getattr(self.backend, "last", None)
+        record = Record(kernel.name, block, [], stores, None, getattr(run, "wait", None), [])
+        values = self.tokens[first + 1:first + 1 + 2 * LANES]
+        record.values = [T.argument(values[2 * i].id) | (T.argument(values[2 * i + 1].id) << 16)
+                         for i in range(LANES)]
+        self.stats["records"] += 1
+        self._launch["records"] += 1
+        if token == T.END:
+            self._feed(token, T.MODEL)
+            if self._launch["warps"]:
+                self._next_warp()
+                record.next = T.argument(self._pending)
+            else:
+                self.launch_records.append(self._launch["records"])
+                self._launch, self._pending, self._snapshot = None, None, None
+        else:
+            self._pending = token
+            record.next = T.argument(token)
+        record.tokens = self.tokens[first:]
+        return record
+
+    def _write_back(self, kernel: Kernel, block: int, header: int) -> tuple[int, int]:
+        address = T.argument(header)
+        aperture = self.router.route(address) if self.router is not None else None
+        if aperture is not None and self._launch["program"].blocks[block].atomic:
+            raise MachineError(f"kernel {kernel.name}: atomic store to address {address}, which is in aperture "
+                               f"{aperture}: QLink routes only plain stores")
+        fed = header if aperture is None or aperture.multicast else T.MEM(SINK)
+        self._feed(fed, T.MODEL, written=header)
+        lo, hi = self._write(), self._write()
+        if aperture is not None:
+            self._outbox.append(Packet(aperture, (header, lo, hi)))
+        return address, T.argument(lo) | (T.argument(hi) << 16)
+
+    def take_packets(self) -> list[Packet]:
+        """The write records that left through apertures since the last call, in the order the model wrote them."""
+        packets, self._outbox = self._outbox, []
+        return packets
+
+    def deliver(self, record_tokens: Sequence[int]) -> None:
+        """Feed a peer's write record (MEM a, VAL lo, VAL hi) at the current record boundary."""
+        record_tokens = [int(t) for t in record_tokens]
+        if len(record_tokens) != 3 or T.kind(record_tokens[0]) != "MEM" or \
+                any(T.kind(t) != "VAL" for t in record_tokens[1:]):
+            raise MachineError(f"deliver: a packet is MEM a, VAL lo, VAL hi; got "
+                               f"{[T.name(t) for t in record_tokens]}")
+        if T.argument(record_tokens[0]) >= SINK:
+            raise MachineError(f"deliver: packet for address {T.argument(record_tokens[0])}, outside 0..{SINK - 1}")
+        self._feed_all(record_tokens, T.PEER)
+
+    def _abort_launch(self) -> None:
+        """Put memory, context and counters back as they were before the failed launch."""
+        if self._snapshot is None:
+            self._launch = None
+            return
+        state, length, stats, rom = self._snapshot
+        self.backend.restore(state)
+        del self.tokens[length:]
+        self.stats, self._rom = stats, rom
+        self._launch, self._pending, self._snapshot, self._outbox = None, None, None, []
+
+    abort = _abort_launch
+
+    # -- the token stream ------------------------------------------------------------------------------------------
+    def _predict(self) -> int:
+        return self.backend.predict()
+
+    def _write(self) -> int:
+        """The model writes a token and it is fed back as is."""
+        token = self._predict()
+        self._feed(token, T.MODEL)
+        return token
+
+    def _feed(self, token: int, origin: str, written: int | None = None) -> None:
+        self.backend.feed(token)
+        self.tokens.append(T.Token(token, origin, written if written != token else None))
+        self.stats["tokens_written" if origin == T.MODEL else "tokens_fed"] += 1
+
+    def _feed_all(self, tokens: Sequence[int], origin: str) -> None:
+        for token in tokens:
+            self._feed(token, origin)
+
+
+def _integer(value, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise MachineError(f"{what} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _words(words) -> np.ndarray:
+    data = np.asarray(words)
+    if data.ndim != 1 or data.dtype.kind not in "iu":
+        raise MachineError(f"device words are a 1-d integer array, got shape {data.shape} dtype {data.dtype}")
+    if data.dtype.itemsize > 4 and len(data) and (data.min() < -(1 << 31) or data.max() >= (1 << 32)):
+        raise MachineError("device words are 32-bit: a value is outside -2**31..2**32-1")
+    return data.astype(np.int64) & 0xFFFFFFFF
