@@ -906,9 +906,12 @@ def fuse(mops: list[MOp]) -> list[MOp]:
                 break
         if changed:
             continue
+        for mop in mops:
+            _canonical_copy(mop)
         for i, mop in enumerate(mops):
             if _propagate_copy(mops, i):
                 changed = True
+
         for i, mop in enumerate(mops):
             if _overwritten(mops, i):
                 if i + 1 < len(mops):
@@ -969,7 +972,54 @@ def fuse(mops: list[MOp]) -> list[MOp]:
                 _shift_targets(mops, i)
                 changed = True
                 break
+        if not changed:
+            for i in range(len(mops)):
+                if _sink_load(mops, i):
+                    changed = True
+                    break
     return mops
+
+
+def _canonical_copy(mop: MOp) -> None:
+    """``d = s + k`` and ``d = s - k`` with k an immediate are copies with an offset: operands absorb them."""
+    if mop.load or mop.atomic or mop.op not in ("add", "sub"):
+        return
+    if mop.b[0] is None:
+        k = mop.b[1] if mop.op == "add" else -mop.b[1]
+        mop.op, mop.a, mop.b = "a", (mop.a[0], (mop.a[1] + k) & MASK32), (None, 0)
+    elif mop.op == "add" and mop.a[0] is None:
+        mop.op, mop.a, mop.b = "a", (mop.b[0], (mop.b[1] + mop.a[1]) & MASK32), (None, 0)
+
+
+def _sink_load(mops: list[MOp], i: int) -> bool:
+    """Move a plain load down to the op that uses it, across ops that neither store, branch nor touch its registers,
+    so that the load fusion can pack it. Volatile flags are loaded inside their spin loop, which this never crosses."""
+    mop = mops[i]
+    if not (mop.load and not mop.atomic and mop.op == "a" and mop.store is None and mop.branch == "none"
+            and mop.dst and mop.pred is None):
+        return False
+    address_regs = {s for s, _ in (mop.a, mop.b) if s not in (None, "tid")}
+    j = i + 1
+    while j < len(mops):
+        later = mops[j]
+        if later.labels:
+            return False
+        if mop.dst in later.reads():
+            fusable = not later.load and (later.a == (mop.dst, 0) or later.b == (mop.dst, 0) and (
+                later.op in COMMUTATIVE or later.op in MIRROR))
+            if not fusable or later.pred is not None:
+                return False
+            break
+        if (later.store is not None or later.branch != "none" or later.dst == mop.dst
+                or later.dst in address_regs):
+            return False
+        j += 1
+    if j == i + 1 or j == len(mops):
+        return False
+    moved = mops.pop(i)
+    mops[i].labels, moved.labels = moved.labels, set()    # a branch target stays where it was
+    mops.insert(j - 1, moved)
+    return True
 
 
 def _propagate_copy(mops: list[MOp], i: int) -> bool:
@@ -979,6 +1029,8 @@ def _propagate_copy(mops: list[MOp], i: int) -> bool:
             or mop.pred is not None or mop.b != (None, 0)):
         return False
     source, offset = mop.a
+    if source == mop.dst:
+        return False
     changed = False
     for later in mops[i + 1:]:
         if later.labels:
