@@ -232,3 +232,57 @@ def test_prim_send_waits_for_head():
     _finish(ch)
     assert ch.read(ch.sslot) == [10, 20, 30, 40] and ch.read(ch.y) == [0] * 4
     assert ch.read(ch.stail, 1) == [7] and ch.read(ch.shead, 1) == [0]
+
+
+# The later protocol bits (NOWAIT, POST, "a flag of 0 posts nothing"): tested when the kernel defines them.
+HAS_POST = "#define POST" in PRIM.read_text()
+NOWAIT, POST = 1024, 2048
+needs_post = pytest.mark.skipif(not HAS_POST, reason="prim.cu has no NOWAIT/POST bits")
+
+
+def _fresh(ch, rtail, rhead):
+    ch.put(ch.rtail, [rtail])
+    ch.put(ch.rhead, [rhead])
+    ch.put(ch.rslot, [1, 2, 3, 4])
+    ch.put(ch.x, [10, 20, 30, 40])
+    for addr in (ch.y, ch.sslot):
+        ch.put(addr, [SENTINEL] * 4)
+    ch.put(ch.stail, [SENTINEL])
+    ch.put(ch.shead, [SENTINEL])
+
+
+@needs_post
+@pytest.mark.parametrize("mode", [RECV | LOCAL | COPY | SEND, LOCAL | SEND, RECV | COPY], ids=mode_name)
+def test_prim_zero_flags_post_nothing(mode):
+    ch = Channel()
+    _fresh(ch, rtail=5, rhead=5)
+    ch.dev.launch(ch.kernel, threads=4, args=ch.args(mode, 4, 5, 5, 0, 0, 1), max_records=5000)
+    y, sslot, _ = model_prim(mode, 4, [1, 2, 3, 4], [10, 20, 30, 40], 1)
+    assert ch.read(ch.y) == (y if y is not None else [SENTINEL] * 4)
+    assert ch.read(ch.sslot) == (sslot if sslot is not None else [SENTINEL] * 4)
+    assert ch.read(ch.stail, 1) == [SENTINEL] and ch.read(ch.shead, 1) == [SENTINEL]
+
+
+@needs_post
+@pytest.mark.parametrize("mode", [RECV | SEND | POST, SEND | POST, RECV | POST, RECV | LOCAL | COPY | SEND | POST],
+                         ids=mode_name)
+def test_prim_post_only_writes_the_flags(mode):
+    ch = Channel()
+    _fresh(ch, rtail=0, rhead=0)                         # POST does not wait
+    ch.dev.launch(ch.kernel, threads=1, args=ch.args(mode, 4, 5, 5, 9, 6, 1), max_records=5000)
+    assert ch.read(ch.y) == [SENTINEL] * 4 and ch.read(ch.sslot) == [SENTINEL] * 4
+    assert ch.read(ch.stail, 1) == [9 if mode & SEND else SENTINEL]
+    assert ch.read(ch.shead, 1) == [6 if mode & RECV else SENTINEL]
+
+
+@needs_post
+@pytest.mark.parametrize("n", [1, 4])
+def test_prim_nowait_does_not_wait(n):
+    ch = Channel()
+    mode = RECV | LOCAL | COPY | SEND | NOWAIT
+    _fresh(ch, rtail=0, rhead=0)                         # neither wait would pass
+    ch.dev.launch(ch.kernel, threads=4, args=ch.args(mode, n, 5, 5, 0, 0, 1), max_records=5000)
+    y, sslot, _ = model_prim(mode & ~NOWAIT, n, [1, 2, 3, 4], [10, 20, 30, 40], 1)
+    assert ch.read(ch.y) == y + [SENTINEL] * (4 - n)
+    assert ch.read(ch.sslot) == sslot + [SENTINEL] * (4 - n)
+    assert ch.read(ch.stail, 1) == [SENTINEL] and ch.read(ch.shead, 1) == [SENTINEL]
