@@ -1,0 +1,137 @@
+"""What qccl asks of a transport: the contract between the communicator and its plugins.
+
+qccl turns every call into a *host schedule* per rank: a list of the three things a host may do to a device (copy
+words in, copy words out, launch a kernel). A transport owns the devices and the links between them; it runs the
+schedules and moves the stores that cross its links. It never looks at a payload.
+
+A transport plugin (see :mod:`qccl.hookspecs`) returns a :class:`Transport`; ``create_world`` gives the
+:class:`World` of one communicator (all its ranks in this process, or this process's rank of several).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .buffers import Buffer
+from .heap import Route
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A CUDA kernel of qccl: its source file (with the checked-in PTX beside it) and entry point."""
+    source: Path
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+PRIM = Kernel(KERNEL_DIR / "prim.cu", "prim")
+MCAST = Kernel(KERNEL_DIR / "mcast.cu", "mcast")
+
+
+@dataclass(frozen=True)
+class Write:
+    """Host -> device: words ``source.words[start:start+count]`` to ``address`` (read when the op runs)."""
+    address: int
+    source: Buffer
+    start: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Read:
+    """Device -> host: ``count`` words at ``address`` into ``dest.words[start:start+count]``."""
+    address: int
+    dest: Buffer
+    start: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: Kernel
+    threads: int
+    args: tuple[int, ...]
+    note: str = ""
+
+
+HostOp = Write | Read | Launch
+
+
+@dataclass
+class Work:
+    """One rank's part of an epoch: its host ops and, for cross-rank checks, a signature of the calls they came from."""
+    rank: int
+    ops: list = field(default_factory=list)
+    calls: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Why a rank could not progress: the kernel and the flag it spins on (None when the rank is idle)."""
+    rank: int
+    kernel: str | None = None
+    address: int | None = None
+    value: int | None = None
+    expected: int | None = None
+    op: str | None = None
+    note: str = ""
+
+    def __str__(self) -> str:
+        if self.kernel is None:
+            return f"rank {self.rank}: idle{' (' + self.note + ')' if self.note else ''}"
+        return (f"rank {self.rank}: kernel {self.kernel} spins on address {self.address} (value {self.value}, waits "
+                f"for {self.expected}, op {self.op}){' during ' + self.note if self.note else ''}")
+
+
+class World(ABC):
+    """The ranks of one communicator that this process drives, and their links."""
+    nranks: int
+    local_ranks: tuple[int, ...]
+
+    @abstractmethod
+    def connect(self, rank: int, routes: Sequence[Route]) -> None:
+        """Install the routes of a rank's heap (stores into them leave for peers)."""
+
+    @abstractmethod
+    def run(self, work: Sequence[Work]) -> None:
+        """Enqueue each local rank's host ops and drive the devices until the epoch's work is done.
+
+        Raises qccl.DeadlockError naming every rank's stall when no rank can make progress. In a single process a rank
+        may be left waiting for work another call will bring (the call returns; a later call completes it)."""
+
+    @abstractmethod
+    def stats(self, rank: int) -> dict:
+        """tokens_written, launches, records, packets_sent, packets_received (and what else the transport counts)."""
+
+    def pending(self, rank: int) -> bool:
+        """True while a rank still has host ops or a launch in flight."""
+        return False
+
+    def synchronize(self, rank: int) -> None:
+        """Finish a rank's outstanding work or raise DeadlockError."""
+
+    def gather_calls(self, rank: int, calls: list) -> list | None:
+        """Across processes: every rank's call signatures for this epoch (None where the world cannot tell)."""
+        return None
+
+    def abort(self, rank: int) -> None:
+        """Drop a rank's outstanding work."""
+
+    def destroy(self, rank: int) -> None:
+        """Release a rank."""
+
+
+class Transport(ABC):
+    """A transport plugin: a name, the dtypes it moves, and worlds."""
+    name: str = ""
+    dtypes: tuple[str, ...] = ()
+
+    @abstractmethod
+    def create_world(self, nranks: int, ranks: Sequence[int], uid, config: dict) -> World:
+        """A world of ``nranks`` in which this process drives ``ranks`` (all of them for init_all)."""
