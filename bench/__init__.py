@@ -1,0 +1,1 @@
+"""qccl's benchmarks and demo (python -m bench.demo)."""

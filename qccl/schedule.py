@@ -1,0 +1,326 @@
+"""Host schedules: a call becomes, per rank, a list of host ops (write words, launch, read words).
+
+The step order comes from :mod:`qccl.steps` (NCCL's runRing), the addresses from :mod:`qccl.heap`. The host tracks
+step counters per channel (how many chunks this rank sent and received on it) and the multicast round; those are the
+only numbers it computes, and they are control, never payload: every payload word is moved by a device's store or by
+a host copy of words.
+
+Launch shape of one ring step on a chunk of k words (see qccl/kernels/prim.cu):
+
+    [write the chunk's local input into the staging words]
+    data launch(es): <= 4 threads each; the first one waits for tail (RECV) and head (SEND)
+    [read a received chunk straight out of its FIFO slot]     the slot is still ours: its head is not posted yet
+    POST launch, one thread: tail to the next rank, head to the previous rank
+    [read a result the device stored into the staging words]
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from . import steps as S
+from .buffers import Buffer
+from .heap import LANES, Channel, Heap
+from .transport import MCAST, PRIM, Launch, Read, Write
+from .types import DataType, RedOp
+
+# prim's mode bits (qccl/kernels/prim.cu)
+RECV, SEND, LOCAL, SPLIT, COPY = 1, 2, 4, 8, 16
+OP_SHIFT, UNSIGNED, DIV, NOWAIT, POST = 5, 256, 512, 1024, 2048
+# mcast's mode bits (qccl/kernels/mcast.cu)
+MC_PRE_WAIT, MC_STORE, MC_POST, MC_WAIT = 1, 2, 4, 8
+
+_OP_BITS = {RedOp.SUM: 0, RedOp.PROD: 1, RedOp.MAX: 2, RedOp.MIN: 3, RedOp.AVG: 0}
+
+
+@dataclass
+class RankState:
+    """What a rank's host remembers between calls: chunk counters per channel and the multicast round."""
+    sent: dict = field(default_factory=dict)
+    received: dict = field(default_factory=dict)
+    mc_seq: int = 0         # multicast rounds done
+    mc_seen: int = 0        # this rank's kernels already waited for every peer's flag >= mc_seen
+
+    def clone(self) -> "RankState":
+        return copy.deepcopy(self)
+
+
+@dataclass(frozen=True)
+class Piece:
+    """``count`` elements of a user buffer from ``start``."""
+    buf: Buffer
+    start: int
+    count: int
+
+
+class Scheduler:
+    """Builds one rank's host ops for a sequence of calls (mutating ``state``, a clone the caller commits)."""
+
+    def __init__(self, heap: Heap, state: RankState, dtype=DataType.INT32, op: RedOp = RedOp.SUM, note: str = ""):
+        self.heap, self.state = heap, state
+        self.rank, self.nranks = heap.rank, heap.nranks
+        self.ops: list = []
+        self.dtype, self.op, self.note = dtype, op, note
+
+    # -- building blocks ---------------------------------------------------------------------------------------------
+    def _op_bits(self, final: bool) -> int:
+        bits = _OP_BITS[self.op] << OP_SHIFT
+        if self.dtype == DataType.UINT32:
+            bits |= UNSIGNED
+        if final and self.op == RedOp.AVG and self.nranks > 1:
+            bits |= DIV
+        return bits
+
+    def _prim(self, mode: int, n: int, threads: int, *, rtail=0, rwait=0, rhead=0, swait=0, rslot=0, x=0, y=0,
+              sslot=0, stail=0, spost=0, shead=0, rpost=0, note=""):
+        args = (mode, n, rtail, rwait, rhead, swait, rslot, x, y, sslot, stail, spost, shead, rpost,
+                self.nranks)
+        self.ops.append(Launch(PRIM, threads, args, note or self.note))
+
+    def step(self, ch: Channel | None, *, recv: bool, send: bool, local: Piece | None, reduce: bool,
+             out: Piece | None, final: bool = False, note: str = "") -> None:
+        """One Simple-protocol step on a chunk (k words = the local piece's or the output's size)."""
+        k = (local or out).count
+        stage = self.heap.staging
+        if local is not None:
+            self.ops.append(Write(stage, local.buf, local.start, k))
+        rs = self.state.received.get(ch.name, 0) if recv else 0
+        ss = self.state.sent.get(ch.name, 0) if send else 0
+        flags = {}
+        if recv:
+            flags.update(rtail=ch.tail, rwait=rs + 1, rslot=ch.slot(rs), shead=ch.head, rpost=rs + 1)
+        if send:
+            flags.update(rhead=ch.head, swait=ss + 1 - ch.slots, sslot=ch.slot(ss), stail=ch.tail, spost=ss + 1)
+        computed = local is not None and (reduce or not recv)          # the result is made on this device
+        device_copy = computed and out is not None and (reduce or (not send and not recv))
+        mode = (RECV if recv else 0) | (SEND if send else 0) | (LOCAL if local is not None else 0)
+        mode |= COPY if device_copy else 0
+        if reduce:
+            mode |= self._op_bits(final)
+        data = dict(flags)
+        data.update(spost=0, rpost=0)
+        if mode & (SEND | COPY):
+            for g in range(0, k, LANES):
+                m = min(LANES, k - g)
+                d = dict(data)
+                if recv:
+                    d["rslot"] += g
+                if send:
+                    d["sslot"] += g
+                self._prim(mode | (NOWAIT if g else 0), m, m, x=stage + g, y=stage + g, note=note, **d)
+        else:                                                   # a receive the host copies out of the slot
+            self._prim(mode, 1, 1, note=note, **data)
+        if recv and local is None and out is not None:
+            self.ops.append(Read(ch.slot(rs), out.buf, out.start, k))
+        if recv or send:
+            self._prim(POST | (RECV if recv else 0) | (SEND if send else 0), 1, 1, note=note, **flags)
+        if computed and out is not None:
+            self.ops.append(Read(stage, out.buf, out.start, k))
+        if recv:
+            self.state.received[ch.name] = rs + 1
+        if send:
+            self.state.sent[ch.name] = ss + 1
+
+    def local_copy(self, src: Piece, dst: Piece, final: bool = False) -> None:
+        """The device copies a piece (one rank, or a send to self): in chunks through the staging words."""
+        for off in range(0, src.count, self.heap.staging_words):
+            k = min(self.heap.staging_words, src.count - off)
+            self.step(None, recv=False, send=False, local=Piece(src.buf, src.start + off, k), reduce=False,
+                      out=Piece(dst.buf, dst.start + off, k), final=final, note=self.note + " localCopy")
+
+    def _mc(self, mode: int, threads: int, *, x=0, win=0, seq=0, mask=0, wait=0, note=""):
+        mc = self.heap.multicast
+        args = (mode, x, win, mc.flags + self.rank, seq, mc.flags, mask, wait)
+        self.ops.append(Launch(MCAST, threads, args, note or self.note))
+
+    def _peers_mask(self) -> int:
+        mask = 0
+        for p in range(self.nranks):
+            if p != self.rank:
+                mask |= 1 << p
+        return mask
+
+    # -- collectives ------------------------------------------------------------------------------------------------
+    def _ring_step(self, step: S.Step, local: Piece | None, out: Piece | None, final: bool, note: str):
+        p = step.prim
+        self.step(self.heap.ring, recv=p.recv, send=p.send, local=local if p.local else None, reduce=p.reduce,
+                  out=out if p.copy else None, final=final and p.copy, note=f"{note} {p}")
+
+    def allreduce(self, send: Buffer, recv: Buffer, count: int) -> None:
+        n = self.nranks
+        if n == 1:
+            if send.ptr != recv.ptr:
+                self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
+            return
+        per = self.heap.ring.slot_words
+        for off in range(0, count, n * per):
+            m = min(count - off, n * per)
+            k = -(-m // n)
+            for st in S.all_reduce(self.rank, n):
+                lo = off + min(st.block * k, m)
+                hi = off + min((st.block + 1) * k, m)
+                if hi <= lo:
+                    continue
+                self._ring_step(st, Piece(send, lo, hi - lo), Piece(recv, lo, hi - lo), True, "allreduce")
+
+    def reduce_scatter(self, send: Buffer, recv: Buffer, rc: int) -> None:
+        n = self.nranks
+        if n == 1:
+            if send.ptr != recv.ptr:
+                self.local_copy(Piece(send, 0, rc), Piece(recv, 0, rc))
+            return
+        per = self.heap.ring.slot_words
+        for off in range(0, rc, per):
+            k = min(per, rc - off)
+            for st in S.reduce_scatter(self.rank, n):
+                self._ring_step(st, Piece(send, st.block * rc + off, k), Piece(recv, off, k), True, "reduce_scatter")
+
+    def allgather(self, send: Buffer, recv: Buffer, sc: int, algo: str = "ring") -> None:
+        n = self.nranks
+        if n == 1:
+            if send.ptr != recv.ptr:
+                self.local_copy(Piece(send, 0, sc), Piece(recv, 0, sc))
+            return
+        if algo == "multicast":
+            return self._allgather_multicast(send, recv, sc)
+        per = self.heap.ring.slot_words
+        for off in range(0, sc, per):
+            k = min(per, sc - off)
+            for st in S.all_gather(self.rank, n):
+                self._ring_step(st, Piece(send, off, k), Piece(recv, st.block * sc + off, k), False, "allgather")
+
+    def broadcast(self, send: Buffer | None, recv: Buffer, count: int, root: int, algo: str = "ring") -> None:
+        n = self.nranks
+        if n == 1:
+            if send.ptr != recv.ptr:
+                self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
+            return
+        if algo == "multicast":
+            return self._broadcast_multicast(send, recv, count, root)
+        prim = S.broadcast(self.rank, n, root)
+        in_place = self.rank == root and send.ptr == recv.ptr
+        per = self.heap.ring.slot_words
+        for off in range(0, count, per):
+            k = min(per, count - off)
+            local = Piece(send, off, k) if prim.local else None
+            out = None if in_place else Piece(recv, off, k)
+            self.step(self.heap.ring, recv=prim.recv, send=prim.send, local=local, reduce=False, out=out,
+                      note=f"broadcast {prim}")
+
+    def reduce(self, send: Buffer, recv: Buffer | None, count: int, root: int) -> None:
+        n = self.nranks
+        if n == 1:
+            if send.ptr != recv.ptr:
+                self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
+            return
+        prim = S.reduce(self.rank, n, root)
+        per = self.heap.ring.slot_words
+        for off in range(0, count, per):
+            k = min(per, count - off)
+            out = Piece(recv, off, k) if prim.copy else None
+            self.step(self.heap.ring, recv=prim.recv, send=prim.send, local=Piece(send, off, k), reduce=prim.reduce,
+                      out=out, final=prim.copy, note=f"reduce {prim}")
+
+    # -- multicast ----------------------------------------------------------------------------------------------------
+    def _allgather_multicast(self, send: Buffer, recv: Buffer, sc: int) -> None:
+        n, mc, st = self.nranks, self.heap.multicast, self.state
+        per = mc.window_words // n
+        peers = self._peers_mask()
+        for off in range(0, sc, per):
+            kk = min(per, sc - off)
+            seq = st.mc_seq + 1
+            win = mc.window(seq)
+            own = win + self.rank * kk
+            self.ops.append(Write(own, send, off, kk))
+            for g in range(0, kk, LANES):
+                m = min(LANES, kk - g)
+                mode = MC_STORE
+                if g == 0 and st.mc_seen < seq - 1:             # the peers have read this window's last round
+                    mode |= MC_PRE_WAIT
+                    st.mc_seen = seq - 1
+                self._mc(mode, m, x=own + g, win=own + g, mask=peers, wait=seq - 1, note="allgather multicast store")
+            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=peers, wait=seq, note="allgather multicast flags")
+            st.mc_seen = seq
+            for b in range(n):
+                self.ops.append(Read(win + b * kk, recv, b * sc + off, kk))
+            st.mc_seq = seq
+
+    def _broadcast_multicast(self, send: Buffer | None, recv: Buffer, count: int, root: int) -> None:
+        mc, st = self.heap.multicast, self.state
+        peers = self._peers_mask()
+        for off in range(0, count, mc.window_words):
+            k = min(mc.window_words, count - off)
+            seq = st.mc_seq + 1
+            win = mc.window(seq)
+            if self.rank == root:
+                self.ops.append(Write(win, send, off, k))
+                for g in range(0, k, LANES):
+                    m = min(LANES, k - g)
+                    mode = MC_STORE
+                    if g == 0 and st.mc_seen < seq - 1:
+                        mode |= MC_PRE_WAIT
+                        st.mc_seen = seq - 1
+                    self._mc(mode, m, x=win + g, win=win + g, mask=peers, wait=seq - 1,
+                             note="broadcast multicast store")
+                self._mc(MC_POST, 1, seq=seq, note="broadcast multicast flag")
+                if send.ptr != recv.ptr:
+                    self.ops.append(Read(win, recv, off, k))
+            else:
+                self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=1 << root, wait=seq, note="broadcast multicast wait")
+                self.ops.append(Read(win, recv, off, k))
+            st.mc_seq = seq
+
+    # -- point to point -----------------------------------------------------------------------------------------------
+    def send_recv(self, sends: list[tuple[int, Buffer]], recvs: list[tuple[int, Buffer]],
+                  pipelined: bool = True) -> None:
+        """A group's sends and receives, NCCL-style: round d sends to rank+d and receives from rank-d."""
+        n, r = self.nranks, self.rank
+        for d in S.send_recv_rounds(n):
+            to, frm = (r + d) % n, (r - d) % n
+            out = [b for p, b in sends if p == to]
+            inc = [b for p, b in recvs if p == frm]
+            if not out and not inc:
+                continue
+            if d == 0:
+                for a, b in zip(out, inc):
+                    if a.count:
+                        self.local_copy(Piece(a, 0, a.count), Piece(b, 0, b.count))
+                continue
+            ch = self.heap.p2p[d]
+            per = ch.slot_words
+            schunks = [Piece(b, o, min(per, b.count - o)) for b in out for o in range(0, b.count, per)]
+            rchunks = [Piece(b, o, min(per, b.count - o)) for b in inc for o in range(0, b.count, per)]
+            for ps in S.send_recv_pipeline(len(schunks), len(rchunks), pipelined):
+                self._p2p_step(ch, schunks[ps.send] if ps.send is not None else None,
+                               rchunks[ps.recv] if ps.recv is not None else None, d)
+
+    def _p2p_step(self, ch: Channel, sp: Piece | None, rp: Piece | None, d: int) -> None:
+        stage = self.heap.staging
+        recv, send = rp is not None, sp is not None
+        rs = self.state.received.get(ch.name, 0)
+        ss = self.state.sent.get(ch.name, 0)
+        flags = {}
+        if recv:
+            flags.update(rtail=ch.tail, rwait=rs + 1, rslot=ch.slot(rs), shead=ch.head, rpost=rs + 1)
+        if send:
+            flags.update(rhead=ch.head, swait=ss + 1 - ch.slots, sslot=ch.slot(ss), stail=ch.tail, spost=ss + 1)
+        data = dict(flags)
+        data.update(spost=0, rpost=0)
+        note = f"sendrecv d={d}" + (" recv" if recv else "") + (" send" if send else "")
+        if send:
+            self.ops.append(Write(stage, sp.buf, sp.start, sp.count))
+            mode = SEND | LOCAL | (RECV | SPLIT if recv else 0)
+            for g in range(0, sp.count, LANES):
+                m = min(LANES, sp.count - g)
+                dd = dict(data)
+                dd["sslot"] += g
+                self._prim(mode | (NOWAIT if g else 0), m, m, x=stage + g, note=note, **dd)
+        else:
+            self._prim(RECV, 1, 1, note=note, **data)
+        if recv:
+            self.ops.append(Read(ch.slot(rs), rp.buf, rp.start, rp.count))
+        self._prim(POST | (RECV if recv else 0) | (SEND if send else 0), 1, 1, note=note, **flags)
+        if recv:
+            self.state.received[ch.name] = rs + 1
+        if send:
+            self.state.sent[ch.name] = ss + 1

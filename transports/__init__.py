@@ -1,0 +1,1 @@
+"""Transport plugins for qccl. qlink: QwenGPUs connected by forwarding their store records."""

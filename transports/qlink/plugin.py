@@ -1,0 +1,192 @@
+"""qccl's QLink transport: QwenGPUs (qwengpu.Device) whose stores cross apertures, run in lockstep.
+
+Registered with qccl through the ``qccl_transports`` entry point (pyproject.toml); qccl finds it with pluggy.
+
+Worlds:
+- ``Communicator.init_all(n)``: n devices in this process, an in-memory fabric.
+- ``Communicator.init(n, rank, uid)`` in several processes: one device per process, packets over a gloo group
+  (the uid carries the rendezvous address; ``python -m qccl.launch -n N script.py`` or torchrun provide it).
+- ``Communicator.init(n, rank, uid)`` from several threads of one process with a uid without an address: one shared
+  in-memory world; each call drives the world until its own rank's work is done.
+
+Config keys (``config=`` of init / init_all): burst (records per exchange, default 1), backend (qwengpu backend,
+default "interpreter"), stall_windows (deadlock detector, default 2), fabric ("memory" or "gloo").
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pluggy
+
+from qccl.errors import DeadlockError, InvalidArgument, SystemError
+from qccl.transport import Transport, World
+from qwengpu import Device
+
+from .aperture import Aperture, Router
+from .fabric import GlooFabric, InMemoryFabric
+from .lockstep import Lockstep, Paused
+
+hookimpl = pluggy.HookimplMarker("qccl")
+
+DTYPES = ("int32", "uint32")
+
+
+class QLinkWorld(World):
+    def __init__(self, nranks: int, ranks, uid, config: dict):
+        self.nranks = nranks
+        self.local_ranks = tuple(ranks)
+        self.config = dict(config)
+        backend = self.config.get("backend", "interpreter")
+        burst = int(self.config.get("burst", 1))
+        self.routers = {r: Router() for r in self.local_ranks}
+        devices = {}
+        for r in self.local_ranks:
+            devices[r] = Device(backend=backend)
+            devices[r].router = self.routers[r]
+        self.devices = devices
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.threaded = False
+        if len(self.local_ranks) == nranks:
+            fabric = InMemoryFabric(nranks)
+        else:
+            fabric = GlooFabric(nranks, self.local_ranks[0], burst, group=_gloo_group(nranks, self.local_ranks[0], uid))
+        self.fabric = fabric
+        self.engine = Lockstep(fabric, devices, burst=burst, stall_windows=int(self.config.get("stall_windows", 2)))
+
+    # -- World -----------------------------------------------------------------------------------------------------
+    def connect(self, rank, routes) -> None:
+        for route in routes:
+            self.routers[rank].add(Aperture(route.start, route.stop, tuple(route.peers), route.multicast, route.name))
+
+    def run(self, work) -> None:
+        with self.lock:
+            for w in work:
+                self.engine.submit(w.rank, w.ops)
+            self.changed.notify_all()
+            if not self.threaded:
+                try:
+                    self.engine.run()
+                except Paused:
+                    pass
+                return
+            mine = [w.rank for w in work]
+            deadline = time.monotonic() + float(self.config.get("thread_timeout", 60))
+            while True:
+                try:
+                    self.engine.run(wait_for=mine)
+                    self.changed.notify_all()
+                    return
+                except Paused:
+                    if not any(self.engine.pending(r) for r in mine):
+                        return
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DeadlockError(f"ranks {mine} waited {self.config.get('thread_timeout', 60)} s for the "
+                                            "other ranks' calls", {})
+                    self.changed.wait(timeout=min(left, 0.05))
+
+    def pending(self, rank) -> bool:
+        return self.engine.pending(rank)
+
+    def synchronize(self, rank) -> None:
+        with self.lock:
+            if not self.engine.pending(rank):
+                return
+            try:
+                self.engine.run()
+            except Paused:
+                stalls = self.engine.stall_report({r: _status(self.engine, r) for r in self.local_ranks})
+                lines = "\n  ".join(str(s) for s in stalls.values())
+                raise DeadlockError(f"rank {rank} cannot finish: it waits for work no rank has queued:\n  {lines}",
+                                    stalls) from None
+
+    def gather_calls(self, rank, calls):
+        if not self.fabric.distributed:
+            return None
+        return self.fabric.all_gather_object(calls)
+
+    def stats(self, rank) -> dict:
+        return self.engine.stats(rank)
+
+    def abort(self, rank) -> None:
+        with self.lock:
+            self.engine.drop(rank)
+
+    def destroy(self, rank) -> None:
+        pass
+
+
+def _status(engine, r):
+    from .fabric import Status
+    return Status(busy=engine.devices[r].busy, queued=len(engine.queues[r]))
+
+
+_worlds: dict = {}
+_worlds_lock = threading.Lock()
+
+
+def _gloo_group(nranks: int, rank: int, uid):
+    """The default torch.distributed group, initialised from the uid's address (or the environment, for torchrun)."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        if dist.get_world_size() != nranks or dist.get_rank() != rank:
+            raise InvalidArgument(f"torch.distributed is initialised with world size {dist.get_world_size()}, rank "
+                                  f"{dist.get_rank()}; the communicator asks for {nranks}, rank {rank}")
+        return None
+    address = getattr(uid, "address", None)
+    try:
+        if address:
+            dist.init_process_group("gloo", init_method=f"tcp://{address}", world_size=nranks, rank=rank)
+        else:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            dist.init_process_group("gloo", init_method="env://", world_size=nranks, rank=rank)
+    except Exception as e:   # noqa: BLE001
+        raise SystemError(f"cannot join the gloo group for rank {rank} of {nranks}: {e}") from e
+    return None
+
+
+class QLinkTransport(Transport):
+    name = "qlink"
+    dtypes = DTYPES
+
+    def create_world(self, nranks, ranks, uid, config):
+        ranks = tuple(ranks)
+        fabric = config.get("fabric")
+        if len(ranks) == nranks or nranks == 1:
+            return QLinkWorld(nranks, range(nranks), uid, config)
+        distributed = fabric == "gloo" or (fabric is None and (getattr(uid, "address", None) or
+                                                               _torch_distributed_ready(nranks)))
+        if distributed:
+            return QLinkWorld(nranks, ranks, uid, config)
+        # several threads of this process, one rank each: one shared in-memory world per uid
+        with _worlds_lock:
+            key = (getattr(uid, "token", uid), nranks)
+            world = _worlds.get(key)
+            if world is None:
+                world = QLinkWorld(nranks, range(nranks), uid, config)
+                world.threaded = True
+                world.joined = set()
+                _worlds[key] = world
+            world.joined.update(ranks)
+            return world
+
+
+def _torch_distributed_ready(nranks: int) -> bool:
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return False
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size() == nranks
+    return os.environ.get("WORLD_SIZE") == str(nranks) and "MASTER_PORT" in os.environ
+
+
+TRANSPORT = QLinkTransport()
+
+
+@hookimpl
+def qccl_transports():
+    return [TRANSPORT]
