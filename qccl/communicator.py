@@ -25,7 +25,7 @@ from .transport import Work
 from .types import DataType, RedOp, red_op
 
 MAX_RANKS = 8
-ALGOS = {"allreduce": ("ring",), "reduce": ("ring",), "reduce_scatter": ("ring",),
+ALGOS = {"allreduce": ("ring", "multicast"), "reduce": ("ring",), "reduce_scatter": ("ring",),
          "allgather": ("ring", "multicast"), "broadcast": ("ring", "multicast")}
 
 
@@ -319,7 +319,7 @@ class Communicator:
                 continue
             sch = Scheduler(self.heap, state, c.dtype, c.op or RedOp.SUM, c.kind)
             if c.kind == "allreduce":
-                sch.allreduce(c.send, c.recv, c.count)
+                sch.allreduce(c.send, c.recv, c.count, c.algo)
             elif c.kind == "reduce":
                 sch.reduce(c.send, c.recv, c.count, c.root)
             elif c.kind == "broadcast":

@@ -63,7 +63,8 @@ class Channel:
         return self.fifo + (step % self.slots) * self.slot_words
 
     def routes(self) -> list[Route]:
-        return [Route(self.fifo, self.tail + 1, (self.send_peer,), False, f"{self.name}.fifo"),
+        return [Route(self.fifo, self.tail, (self.send_peer,), False, f"{self.name}.fifo"),
+                Route(self.tail, self.tail + 1, (self.send_peer,), False, f"{self.name}.tail"),
                 Route(self.head, self.head + 1, (self.recv_peer,), False, f"{self.name}.head")]
 
 
@@ -87,7 +88,8 @@ class Multicast:
 
     def routes(self, rank: int) -> list[Route]:
         peers = tuple(p for p in range(self.nranks) if p != rank)
-        return [Route(self.base, self.base + self.size, peers, True, "multicast")]
+        return [Route(self.base, self.flags, peers, True, "multicast.windows"),
+                Route(self.flags, self.flags + self.nranks, peers, True, "multicast.flags")]
 
 
 class Heap:

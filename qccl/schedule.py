@@ -78,8 +78,11 @@ class Scheduler:
         self.ops.append(Launch(PRIM, threads, args, note or self.note))
 
     def step(self, ch: Channel | None, *, recv: bool, send: bool, local: Piece | None, reduce: bool,
-             out: Piece | None, final: bool = False, note: str = "") -> None:
-        """One Simple-protocol step on a chunk (k words = the local piece's or the output's size)."""
+             out: Piece | None, final: bool = False, note: str = "", y: int | None = None) -> None:
+        """One Simple-protocol step on a chunk (k words = the local piece's or the output's size).
+
+        ``y``: the device stores the result there (e.g. a multicast window) instead of the staging words, and the
+        host reads nothing."""
         k = (local or out).count
         stage = self.heap.staging
         if local is not None:
@@ -93,6 +96,7 @@ class Scheduler:
             flags.update(rhead=ch.head, swait=ss + 1 - ch.slots, sslot=ch.slot(ss), stail=ch.tail, spost=ss + 1)
         computed = local is not None and (reduce or not recv)          # the result is made on this device
         device_copy = computed and out is not None and (reduce or (not send and not recv))
+        device_copy = device_copy or y is not None
         mode = (RECV if recv else 0) | (SEND if send else 0) | (LOCAL if local is not None else 0)
         mode |= COPY if device_copy else 0
         if reduce:
@@ -107,14 +111,15 @@ class Scheduler:
                     d["rslot"] += g
                 if send:
                     d["sslot"] += g
-                self._prim(mode | (NOWAIT if g else 0), m, m, x=stage + g, y=stage + g, note=note, **d)
+                dst = (stage if y is None else y) + g
+                self._prim(mode | (NOWAIT if g else 0), m, m, x=stage + g, y=dst, note=note, **d)
         else:                                                   # a receive the host copies out of the slot
             self._prim(mode, 1, 1, note=note, **data)
         if recv and local is None and out is not None:
             self.ops.append(Read(ch.slot(rs), out.buf, out.start, k))
         if recv or send:
             self._prim(POST | (RECV if recv else 0) | (SEND if send else 0), 1, 1, note=note, **flags)
-        if computed and out is not None:
+        if computed and out is not None and y is None:
             self.ops.append(Read(stage, out.buf, out.start, k))
         if recv:
             self.state.received[ch.name] = rs + 1
@@ -146,12 +151,14 @@ class Scheduler:
         self.step(self.heap.ring, recv=p.recv, send=p.send, local=local if p.local else None, reduce=p.reduce,
                   out=out if p.copy else None, final=final and p.copy, note=f"{note} {p}")
 
-    def allreduce(self, send: Buffer, recv: Buffer, count: int) -> None:
+    def allreduce(self, send: Buffer, recv: Buffer, count: int, algo: str = "ring") -> None:
         n = self.nranks
         if n == 1:
             if send.ptr != recv.ptr:
                 self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
             return
+        if algo == "multicast":
+            return self._allreduce_multicast(send, recv, count)
         per = self.heap.ring.slot_words
         for off in range(0, count, n * per):
             m = min(count - off, n * per)
@@ -243,6 +250,36 @@ class Scheduler:
             st.mc_seen = seq
             for b in range(n):
                 self.ops.append(Read(win + b * kk, recv, b * sc + off, kk))
+            st.mc_seq = seq
+
+    def _allreduce_multicast(self, send: Buffer, recv: Buffer, count: int) -> None:
+        """ReduceScatter on the ring (runRing order up to recvReduceCopy), the reduced block stored straight into the
+        multicast window, so every rank gets it from one store: NVLS-style, the fabric still adds nothing."""
+        n, mc, st = self.nranks, self.heap.multicast, self.state
+        per = min(self.heap.ring.slot_words, mc.window_words // n)
+        peers = self._peers_mask()
+        for off in range(0, count, n * per):
+            m = min(count - off, n * per)
+            k = -(-m // n)
+            seq = st.mc_seq + 1
+            win = mc.window(seq)
+            for step in S.reduce_scatter(self.rank, n):
+                lo = off + min(step.block * k, m)
+                hi = off + min((step.block + 1) * k, m)
+                if hi <= lo:
+                    continue
+                p = step.prim
+                # every rank's data of this round is in the reduced block: the peers are past their reads of the
+                # window's last round (the same parity, two rounds ago), so the store may land
+                self.step(self.heap.ring, recv=p.recv, send=p.send, local=Piece(send, lo, hi - lo), reduce=p.reduce,
+                          out=Piece(recv, lo, hi - lo) if p.copy else None, final=p.copy,
+                          note=f"allreduce multicast {p}", y=win + step.block * k if p.copy else None)
+            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=peers, wait=seq, note="allreduce multicast flags")
+            st.mc_seen = seq
+            for b in range(n):
+                lo, hi = min(b * k, m), min((b + 1) * k, m)
+                if hi > lo:
+                    self.ops.append(Read(win + lo, recv, off + lo, hi - lo))
             st.mc_seq = seq
 
     def _broadcast_multicast(self, send: Buffer | None, recv: Buffer, count: int, root: int) -> None:

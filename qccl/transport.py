@@ -81,12 +81,15 @@ class Stall:
     expected: int | None = None
     op: str | None = None
     note: str = ""
+    flag: str = ""          # what the address is (e.g. ring.head), where the transport can tell
 
     def __str__(self) -> str:
         if self.kernel is None:
             return f"rank {self.rank}: idle{' (' + self.note + ')' if self.note else ''}"
-        return (f"rank {self.rank}: kernel {self.kernel} spins on address {self.address} (value {self.value}, waits "
-                f"for {self.expected}, op {self.op}){' during ' + self.note if self.note else ''}")
+        what = f" ({self.flag})" if self.flag else ""
+        cond = {"lt_s": ">=", "lt_u": ">=", "ne": "==", "eq": "!="}.get(self.op, f"[{self.op}]")
+        return (f"rank {self.rank}: kernel {self.kernel} spins on address {self.address}{what}: value {self.value}, "
+                f"waits for {cond} {self.expected}{' during ' + self.note if self.note else ''}")
 
 
 class World(ABC):

@@ -14,12 +14,16 @@ kernel, the flag it spins on, its value and the value awaited (from the device's
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 
 from qccl.errors import DeadlockError, RemoteError, UnhandledDeviceError
 from qccl.transport import Launch, Read, Stall, Write
 
 from .fabric import Fabric, Status
+
+
+_LOADED: dict = {}
 
 
 class Paused(Exception):
@@ -35,7 +39,6 @@ class Lockstep:
         self.stall_windows, self.max_windows, self.can_pause = stall_windows, max_windows, can_pause
         self.queues = {r: deque() for r in devices}
         self.inbox = {r: [] for r in devices}
-        self.kernels = {r: {} for r in devices}
         self.packets_sent = {r: 0 for r in devices}
         self.packets_received = {r: 0 for r in devices}
         self.last = {r: None for r in devices}          # the last record and the launch note, per rank
@@ -59,10 +62,18 @@ class Lockstep:
         self.aborted.add(rank)
 
     def _kernel(self, rank: int, kernel):
-        cache = self.kernels[rank]
-        if kernel not in cache:
-            cache[kernel] = self.devices[rank].load_kernel(str(kernel.source), kernel.name)
-        return cache[kernel]
+        """Load a kernel once per process: the loaded kernel caches its lowering per (arguments, threads), and ranks
+        that run the same step share it (a device keeps no state in a loaded kernel)."""
+        path = str(kernel.source)
+        try:
+            stamp = os.stat(path).st_mtime_ns
+        except OSError:
+            stamp = None
+        key = (path, kernel.name, stamp)
+        loaded = _LOADED.get(key)
+        if loaded is None:
+            loaded = _LOADED[key] = self.devices[rank].load_kernel(path, kernel.name)
+        return loaded
 
     def _host_ops(self, rank: int) -> bool:
         """Run queued host ops until a launch starts or the queue is empty; True if any ran."""
@@ -116,7 +127,10 @@ class Lockstep:
         for r, st in sorted(statuses.items()):
             if r in self.devices and self.devices[r].busy and self.last[r] is not None and self.last[r].wait:
                 w = self.last[r].wait
-                stalls[r] = Stall(r, self.last[r].kernel, w.address, w.value, w.expected, w.op, self.notes[r])
+                router = self.devices[r].router
+                ap = router.route(w.address) if router is not None else None
+                flag = f"{ap.name}" if ap is not None and ap.name else ""
+                stalls[r] = Stall(r, self.last[r].kernel, w.address, w.value, w.expected, w.op, self.notes[r], flag)
             elif st.busy:
                 stalls[r] = Stall(r, "?", st.wait_address, st.wait_value, st.wait_expected, "?", "")
             else:
