@@ -45,7 +45,8 @@ class Fabric:
     exchanges: int = 0
 
     def exchange(self, packets: list[Packet], status: dict[int, Status]):
-        """-> (incoming: {local rank: [tokens, ...]}, statuses: {rank: Status} for every rank)."""
+        """-> (incoming: {local rank: [tokens, ...]}, statuses: {rank: Status} for every rank, packets moved by all
+        ranks in this exchange)."""
         raise NotImplementedError
 
     def all_gather_object(self, obj) -> list:
@@ -76,7 +77,7 @@ class InMemoryFabric(Fabric):
 
     def exchange(self, packets, status):
         self.exchanges += 1
-        return _sorted_incoming(packets, self.local_ranks), dict(status)
+        return _sorted_incoming(packets, self.local_ranks), dict(status), len(packets)
 
     def all_gather_object(self, obj) -> list:
         raise RuntimeError("an in-memory fabric has every rank in this process")
@@ -121,7 +122,7 @@ class GlooFabric(Fabric):
                 mask, a, b, c = v[at + 4 * i: at + 4 * i + 4]
                 dests = tuple(d for d in range(self.nranks) if mask >> d & 1)
                 all_packets.append((r, dests, (a, b, c)))
-        return _sorted_incoming(all_packets, self.local_ranks), statuses
+        return _sorted_incoming(all_packets, self.local_ranks), statuses, len(all_packets)
 
     def all_gather_object(self, obj) -> list:
         out = [None] * self.nranks

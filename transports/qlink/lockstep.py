@@ -157,7 +157,7 @@ class Lockstep:
                 except Exception as e:      # a machine error: every rank learns of it at this exchange
                     error = e
                     status[r] = Status(error=True)
-            incoming, statuses = self.fabric.exchange(packets, status)
+            incoming, statuses, moved = self.fabric.exchange(packets, status)
             self.windows += 1
             for r, toks in incoming.items():
                 if r not in self.aborted:
@@ -167,13 +167,13 @@ class Lockstep:
             if any(s.error for s in statuses.values()):
                 bad = [r for r, s in statuses.items() if s.error]
                 raise RemoteError(f"rank {bad[0]} failed on its device; this epoch is abandoned")
-            moving = bool(packets) or any(self.inbox.values())
+            moving = moved > 0 or any(self.inbox.values())
             if not moving and all(not s.busy and s.queued == 0 for s in statuses.values()) and \
                     not any(self.inbox[r] for r in self.fabric.local_ranks):
                 return
             if wait_for is not None and not any(self.pending(r) for r in wait_for) and not self.fabric.distributed:
                 return
-            if any(s.progress for s in statuses.values()) or packets:
+            if any(s.progress for s in statuses.values()) or moved:
                 stalled = 0
             else:
                 stalled += 1

@@ -145,7 +145,20 @@ def _gloo_group(nranks: int, rank: int, uid):
             dist.init_process_group("gloo", init_method="env://", world_size=nranks, rank=rank)
     except Exception as e:   # noqa: BLE001
         raise SystemError(f"cannot join the gloo group for rank {rank} of {nranks}: {e}") from e
+    import atexit
+    atexit.register(_leave_group)
     return None
+
+
+def _leave_group():
+    """Leave the group this module joined (gloo aborts the process if it is left to the interpreter's exit)."""
+    try:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+    except Exception:   # noqa: BLE001  (the peers may be gone already)
+        pass
 
 
 class QLinkTransport(Transport):
