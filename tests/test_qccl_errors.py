@@ -174,3 +174,13 @@ def test_stats_per_rank():
         assert set(s) >= {"tokens_written", "launches", "records", "packets_sent", "packets_received"}
         assert s["packets_sent"] == s["packets_received"] > 0
     assert len(set(o.tokens)) == 1, "the ring AllReduce is symmetric: every rank writes the same number of tokens"
+
+
+def test_calls_after_a_peer_aborted_raise_instead_of_hanging():
+    comms = qccl.Communicator.init_all(3)
+    comms[1].abort()
+    x = [np.arange(4, dtype=np.int32) for _ in range(3)]
+    with pytest.raises(qccl.RemoteError, match="rank 1 aborted"):
+        with qccl.group():
+            comms[0].allreduce(x[0], x[0].copy())
+            comms[2].allreduce(x[2], x[2].copy())

@@ -178,6 +178,10 @@ class Lockstep:
             else:
                 stalled += 1
             if stalled >= self.stall_windows:
+                if self.aborted:
+                    stalls = self.stall_report(statuses)
+                    raise RemoteError(f"rank {', '.join(map(str, sorted(self.aborted)))} aborted; the others wait "
+                                      "for it: " + "; ".join(str(stalls[r]) for r in sorted(stalls)))
                 idle = [r for r, s in statuses.items() if not s.busy and s.queued == 0]
                 if idle and self.can_pause and not self.fabric.distributed:
                     raise Paused()
