@@ -144,3 +144,12 @@ def test_grouped_point_to_point_any_pairs():
         assert np.array_equal(got[k], data[k]), k
     for r in range(n):
         assert np.array_equal(extra_got[r], extra[(r - 2) % n])
+
+
+@pytest.mark.parametrize("kind,algo,op", [("reduce_scatter", None, "min"), ("allgather", "multicast", None),
+                                          ("reduce", None, "prod"), ("sendrecv", None, None),
+                                          ("allreduce", "multicast", "avg")])
+def test_count_1000(kind, algo, op):
+    """A thousand words per rank goes through 127-word devices as a loop of chunks."""
+    check(run(2, kind, 1000, op or "sum", root=1, algo=algo, seed=11, dtype=np.uint32 if op == "min" else np.int32),
+          f"{kind} 1000")
