@@ -892,9 +892,11 @@ def _simple(mop: MOp) -> bool:
 
 def fuse(mops: list[MOp]) -> list[MOp]:
     """Pack neighbouring ops into one block where the pipeline allows: every record saved is ~9 tokens."""
-    changed = True
+    changed, rounds = True, 0
     while changed:
-        changed = False
+        changed, rounds = False, rounds + 1
+        if rounds > 100 * (len(mops) + 10):
+            raise MachineError("internal: block fusion does not settle")
         uses = _uses(mops)
         for i, mop in enumerate(mops):
             if mop.dst and not uses.get(mop.dst) and mop.store is None and mop.branch == "none" and not mop.atomic:
@@ -992,34 +994,36 @@ def _canonical_copy(mop: MOp) -> None:
 
 
 def _sink_load(mops: list[MOp], i: int) -> bool:
-    """Move a plain load down to the op that uses it, across ops that neither store, branch nor touch its registers,
-    so that the load fusion can pack it. Volatile flags are loaded inside their spin loop, which this never crosses."""
+    """Pack a plain load into the later op that is its only reader, across ops that neither store, branch nor touch
+    its registers. Each success removes an op, so fusion always ends."""
     mop = mops[i]
     if not (mop.load and not mop.atomic and mop.op == "a" and mop.store is None and mop.branch == "none"
-            and mop.dst and mop.pred is None):
+            and mop.dst and mop.pred is None and _uses(mops).get(mop.dst, 0) == 1):
         return False
     address_regs = {s for s, _ in (mop.a, mop.b) if s not in (None, "tid")}
-    j = i + 1
-    while j < len(mops):
+    for j in range(i + 1, len(mops)):
         later = mops[j]
         if later.labels:
             return False
         if mop.dst in later.reads():
-            fusable = not later.load and (later.a == (mop.dst, 0) or later.b == (mop.dst, 0) and (
-                later.op in COMMUTATIVE or later.op in MIRROR))
-            if not fusable or later.pred is not None:
+            if later.load or later.atomic or later.pred is not None or later.dst == mop.dst or (
+                    later.store is not None and later.store[0] == mop.dst):
                 return False
-            break
-        if (later.store is not None or later.branch != "none" or later.dst == mop.dst
-                or later.dst in address_regs):
+            if later.a == (mop.dst, 0) and later.b[0] != mop.dst:
+                later.a, later.load = mop.a, True
+            elif later.b == (mop.dst, 0) and later.a[0] != mop.dst and (
+                    later.op in COMMUTATIVE or later.op in MIRROR):
+                later.op = MIRROR.get(later.op, later.op)
+                later.a, later.b, later.load = mop.a, later.a, True
+            else:
+                return False
+            mops[i + 1].labels |= mop.labels
+            mops.pop(i)
+            _shift_targets(mops, i)
+            return True
+        if later.store is not None or later.branch != "none" or later.dst == mop.dst or later.dst in address_regs:
             return False
-        j += 1
-    if j == i + 1 or j == len(mops):
-        return False
-    moved = mops.pop(i)
-    mops[i].labels, moved.labels = moved.labels, set()    # a branch target stays where it was
-    mops.insert(j - 1, moved)
-    return True
+    return False
 
 
 def _propagate_copy(mops: list[MOp], i: int) -> bool:

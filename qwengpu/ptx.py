@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .isa import MachineError
+
 VERSION_MIN, VERSION_MAX = (7, 8), (9, 5)
 
 
-class PTXError(Exception):
+class PTXError(MachineError):
     """The PTX is malformed or outside the supported subset; the message names the line and the offending text."""
 
 

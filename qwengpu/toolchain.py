@@ -17,10 +17,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .isa import MachineError
+
 ARCH = "compute_90"
 
 
-class CompileError(Exception):
+class CompileError(MachineError):
     """CUDA source failed to compile; the message carries the compiler's log."""
 
 

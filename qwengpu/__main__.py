@@ -1,0 +1,77 @@
+"""Command line for people who write kernels.
+
+    python -m qwengpu asm qwengpu/kernels/vadd.cu --args 0,16,32,16 --threads 16
+    python -m qwengpu trace qwengpu/kernels/vadd.cu --kernel vadd --args 0,16,32,4 --threads 4
+
+``asm`` prints each kernel's machine blocks (registers and ROM use) for a launch configuration; without --args every
+argument is 0 (pointers at word 0). ``trace`` runs one launch on the interpreter and prints its records.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import tokens as T
+from .device import Device
+from .isa import REGISTERS, ROM_BLOCKS, MachineError
+from .ptx import parse
+from .toolchain import ptx_for
+
+
+def _arguments(text: str | None, count: int) -> list[int]:
+    if not text:
+        return [0] * count
+    return [int(v, 0) for v in text.split(",")]
+
+
+def asm(args) -> int:
+    module = parse(open(args.file).read() if args.file.endswith(".ptx") else ptx_for(args.file))
+    names = [args.kernel] if args.kernel else sorted(module.kernels)
+    device = Device()
+    for name in names:
+        kernel = device.load_kernel(args.file, name)
+        values = _arguments(args.args, len(kernel.ptx.params))
+        program = kernel.program(tuple(values), args.threads)
+        print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args={values} threads={args.threads}: "
+              f"{len(program.blocks)}/{ROM_BLOCKS} blocks, {program.registers}/{REGISTERS} registers")
+        for line in program.listing:
+            print("  " + line)
+    return 0
+
+
+def trace(args) -> int:
+    device = Device()
+    kernel = device.load_kernel(args.file, args.kernel)
+    values = _arguments(args.args, len(kernel.ptx.params))
+    start = len(device.tokens)
+    device.start(kernel, args.threads, values)
+    print(" ".join(str(t) for t in device.tokens[start:]))
+    while device.busy:
+        record = device.step()
+        body = " ".join(T.name(t.id) for t in record.tokens)
+        print(f"b{record.block:<2} values={record.values} stores={record.stores}  | {body}")
+    print(f"stats: {device.stats}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qwengpu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, fn in (("asm", asm), ("trace", trace)):
+        p = sub.add_parser(name)
+        p.add_argument("file", help="a .cu or .ptx file")
+        p.add_argument("--kernel", required=name == "trace", help="kernel name (asm: all kernels when omitted)")
+        p.add_argument("--args", help="comma-separated launch arguments (ints; pointers are word addresses)")
+        p.add_argument("--threads", type=int, default=4)
+        p.set_defaults(run=fn)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except MachineError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""The machine's contracts: ROM encoding, the token grammar, limits as errors, atomics, step == whole launch."""
+import random
+
+import numpy as np
+import pytest
+
+from qwengpu import Device, MachineError
+from qwengpu import tokens as T
+from qwengpu.isa import EXIT, NONE, OPS, ROM_BLOCKS, TID, Block, Operand, alu, decode_block, encode_block
+
+VADD = "qwengpu/kernels/vadd.cu"
+
+
+def random_block(rng: random.Random) -> Block:
+    def operand():
+        return Operand(rng.choice([NONE, TID, rng.randrange(15)]), rng.randrange(1 << 32))
+    store = rng.random() < 0.5
+    load = rng.random() < 0.5
+    return Block(op=rng.choice(sorted(OPS)), a=operand(), b=operand(), dst=rng.choice([NONE, rng.randrange(15)]),
+                 load=load, store=rng.choice([NONE, TID, rng.randrange(15)]), store_imm=rng.randrange(1 << 32),
+                 store_enable=store, atomic=store and load and rng.random() < 0.5,
+                 pred=rng.choice([NONE, rng.randrange(15)]), pred_negate=rng.random() < 0.5,
+                 branch=rng.choice(["none", "always", "nonzero", "zero"]),
+                 target=rng.choice([EXIT, rng.randrange(ROM_BLOCKS)]))
+
+
+def test_rom_rows_round_trip():
+    rng = random.Random(7)
+    for _ in range(500):
+        block = random_block(rng)
+        words = encode_block(block)
+        assert all(0 <= w < 65536 for w in words)
+        assert decode_block(words) == block
+
+
+def test_alu_matches_numpy_int32():
+    rng = np.random.default_rng(3)
+    a = rng.integers(-2**31, 2**31, 200, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, 200, dtype=np.int64).astype(np.int32)
+    checks = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and, "xor": np.bitwise_xor,
+              "min_s": np.minimum, "max_s": np.maximum}
+    with np.errstate(over="ignore"):
+        for op, fn in checks.items():
+            want = fn(a, b).astype(np.int32).view(np.uint32)
+            got = [alu(op, int(x) & 0xFFFFFFFF, int(y) & 0xFFFFFFFF) for x, y in zip(a, b)]
+            assert got == [int(w) for w in want], op
+    assert alu("div_s", (-7) & 0xFFFFFFFF, 2) == (-3) & 0xFFFFFFFF      # C truncates toward zero
+    assert alu("rem_s", (-7) & 0xFFFFFFFF, 2) == (-1) & 0xFFFFFFFF
+    assert alu("shr_s", 0x80000000, 4) == 0xF8000000
+
+
+def test_token_families_are_contiguous_and_named():
+    for family, make, count in (("VAL", T.VAL, 65536), ("MEM", T.MEM, 128), ("READ", T.READ, 128),
+                                ("EXEC", T.EXEC, 32), ("ROM", T.ROM, 32)):
+        for arg in (0, count - 1):
+            token = make(arg)
+            assert T.kind(token) == family and T.argument(token) == arg
+        with pytest.raises(ValueError, match=str(count - 1)):
+            make(count)
+    assert T.kind(T.END) == "END" and T.VOCAB_SIZE == T.END + 1
+    assert T.name(T.MEM(5)) == "gpu_mem 5"
+
+
+def device_with(words: dict[int, np.ndarray]) -> Device:
+    dev = Device()
+    for address, data in words.items():
+        dev.alloc(len(data), at=address)
+        dev.write(address, data)
+    return dev
+
+
+def test_host_write_is_write_records_and_read_is_model_written():
+    dev = Device()
+    a = dev.alloc(3)
+    dev.write(a, np.array([1, -1, 70000], dtype=np.int32))
+    fed = [t.id for t in dev.tokens]
+    assert fed == T.write_record(a, 1) + T.write_record(a + 1, 0xFFFFFFFF) + T.write_record(a + 2, 70000)
+    assert all(t.origin == T.HOST for t in dev.tokens)
+    assert dev.read(a, 3).tolist() == [1, -1, 70000]
+    assert [t.origin for t in dev.tokens[9:]] == [T.HOST, T.MODEL, T.MODEL] * 3
+    assert dev.stats["tokens_written"] == 6
+
+
+def test_record_grammar_of_a_launch():
+    dev = device_with({0: np.arange(4), 4: np.full(4, 10)})
+    kernel = dev.load_kernel(VADD, "vadd")
+    start = len(dev.tokens)
+    dev.launch(kernel, threads=4, args=[0, 4, 8, 4])
+    stream = dev.tokens[start:]
+    warp = [i for i, t in enumerate(stream) if t.id == T.WARP][0]
+    assert all(t.origin == T.HOST for t in stream[:warp + 3])
+    body = stream[warp + 3:]
+    assert all(t.origin == T.MODEL for t in body) and body[-1].id == T.END
+    records = [i for i, t in enumerate(body) if T.kind(t.id) == "EXEC"]
+    assert len(records) == dev.stats["records"]
+    for i in records:                                  # EXEC then two VALs per lane
+        assert [T.kind(t.id) for t in body[i + 1:i + 9]] == ["VAL"] * 8
+    stores = [t for t in body if T.kind(t.id) == "MEM"]
+    assert [T.argument(t.id) for t in stores] == [8, 9, 10, 11]
+    assert dev.read(8, 4).tolist() == [10, 11, 12, 13]
+
+
+def test_atomics_from_every_lane_all_count():
+    source = r'''
+    extern "C" __global__ void total(const int *x, int *sum) { atomicAdd(sum, x[threadIdx.x]); }
+    '''
+    data = np.array([5, -3, 1 << 30, 7, 11, 1 << 30, -100, 2], dtype=np.int32)
+    dev = device_with({0: data, 8: np.array([1], dtype=np.int32)})
+    dev.launch(dev.load_kernel(source, "total"), threads=8, args=[0, 8])
+    with np.errstate(over="ignore"):
+        assert dev.read(8, 1)[0] == np.int32(1) + data.sum(dtype=np.int32)
+
+
+def test_atomic_returns_the_old_value_lane_by_lane():
+    source = r'''
+    extern "C" __global__ void ticket(int *counter, int *out) { out[threadIdx.x] = atomicAdd(counter, 2); }
+    '''
+    dev = device_with({0: np.array([100], dtype=np.int32), 1: np.zeros(4, dtype=np.int32)})
+    dev.launch(dev.load_kernel(source, "ticket"), threads=4, args=[0, 1])
+    assert dev.read(1, 4).tolist() == [100, 102, 104, 106]
+    assert dev.read(0, 1).tolist() == [108]
+
+
+def test_steps_give_the_same_tokens_as_a_whole_launch():
+    runs = []
+    for by_steps in (False, True):
+        dev = device_with({0: np.arange(8), 8: np.arange(8) * 3})
+        kernel = dev.load_kernel(VADD, "vadd")
+        if by_steps:
+            dev.start(kernel, 8, [0, 8, 16, 7])
+            while dev.busy:
+                dev.step()
+        else:
+            dev.launch(kernel, threads=8, args=[0, 8, 16, 7])
+        runs.append((dev.tokens, dev.read(16, 8).tolist()))
+    assert runs[0] == runs[1]
+    assert runs[0][1] == [0, 4, 8, 12, 16, 20, 24, 0]
+
+
+def test_uniform_spin_loop_is_released_by_a_write_between_records():
+    dev = device_with({0: np.zeros(1, dtype=np.int32), 1: np.zeros(4, dtype=np.int32)})
+    kernel = dev.load_kernel("qwengpu/kernels/spin.cu", "spin")
+    dev.start(kernel, 4, [0, 3, 1, 40])
+    for _ in range(5):
+        record = dev.step()
+        assert record.wait is not None and record.wait.address == 0 and record.wait.expected == 3
+    dev.write(0, np.array([3], dtype=np.int32))      # lands at the record boundary
+    while dev.busy:
+        dev.step()
+    assert dev.read(1, 4).tolist() == [40 + i for i in range(4)]
+
+
+def snapshot(dev: Device):
+    return list(dev.tokens), dict(dev.stats), dev.read(0, 127).tolist(), list(dev.tokens)
+
+
+def test_an_address_outside_memory_is_an_error_and_changes_nothing():
+    dev = device_with({0: np.arange(8), 8: np.arange(8), 120: np.zeros(7, dtype=np.int32)})
+    kernel = dev.load_kernel(VADD, "vadd")
+    tokens, memory = list(dev.tokens), [int(v) for v in dev.backend.memory]
+    with pytest.raises(MachineError, match=r"address 12[7-9].*outside 0\.\.126"):
+        dev.launch(kernel, threads=8, args=[0, 8, 120, 8])
+    assert dev.tokens == tokens and dev.backend.memory == memory and not dev.busy
+    dev.launch(kernel, threads=8, args=[0, 8, 16, 8])   # the device still works
+    assert dev.read(16, 8).tolist() == [2 * i for i in range(8)]
+
+
+def test_launch_argument_errors():
+    dev = Device()
+    kernel = dev.load_kernel(VADD, "vadd")
+    with pytest.raises(MachineError, match="takes 4 arguments"):
+        dev.launch(kernel, threads=4, args=[0, 4, 8])
+    with pytest.raises(MachineError, match="pointer 200"):
+        dev.launch(kernel, threads=4, args=[0, 4, 200, 4])
+    with pytest.raises(MachineError, match="must be an integer"):
+        dev.launch(kernel, threads=4, args=[0, 4, 8, 1.5])
+    with pytest.raises(MachineError, match="threads=0"):
+        dev.launch(kernel, threads=0, args=[0, 4, 8, 4])
+    with pytest.raises(MachineError, match="not in the module"):
+        dev.load_kernel(VADD, "vsub")
+    assert dev.tokens == [] and dev.stats["launches"] == 0
+
+
+def test_memory_limits():
+    dev = Device()
+    with pytest.raises(MachineError, match=r"1\.\.127"):
+        dev.alloc(128)
+    a = dev.alloc(127)
+    assert a == 0
+    with pytest.raises(MachineError, match="out of device memory"):
+        dev.alloc(1)
+    with pytest.raises(MachineError, match="outside device memory"):
+        dev.write(126, np.zeros(2, dtype=np.int32))
+    with pytest.raises(MachineError, match="overlaps"):
+        Device().alloc(4, at=2) and None or _overlap()
+
+
+def _overlap():
+    dev = Device()
+    dev.alloc(4, at=2)
+    dev.alloc(4, at=4)
+
+
+def test_too_many_blocks():
+    body = "".join(f"v = (v * x[{i}]) ^ x[{i + 1}];\n" for i in range(24))
+    source = f'extern "C" __global__ void long_chain(volatile int *x, int *y) {{ int v = x[0];\n{body} y[0] = v; }}'
+    dev = Device()
+    kernel = dev.load_kernel(source, "long_chain")
+    with pytest.raises(MachineError, match=r"needs \d+ blocks; the ROM holds 32"):
+        dev.launch(kernel, threads=1, args=[0, 100])
+
+
+def test_too_many_registers():
+    # Sixteen values all live at once: each is read twice, so no load can be packed into its reader.
+    loads = "".join(f"int v{i} = x[{i}];\n" for i in range(16))
+    mix = "".join(f"y[{i}] = v{i} ^ v{(i + 1) % 16};\n" for i in range(16))
+    source = f'extern "C" __global__ void wide(volatile int *x, int *y) {{ {loads} {mix} }}'
+    dev = Device()
+    kernel = dev.load_kernel(source, "wide")
+    with pytest.raises(MachineError, match=r"needs 16 registers per lane; the machine has 15"):
+        dev.launch(kernel, threads=1, args=[0, 40])
+
+
+def test_unsupported_instruction_names_its_text_and_line():
+    source = 'extern "C" __global__ void scale(float *x) { x[threadIdx.x] = x[threadIdx.x] * 1.5f; }'
+    with pytest.raises(MachineError, match=r"line \d+.*mul\.f32"):
+        Device().load_kernel(source, "scale")
+    source = 'extern "C" __global__ void shuffle(int *x) { x[threadIdx.x] = __brev(x[threadIdx.x]); }'
+    dev = Device()
+    kernel = dev.load_kernel(source, "shuffle")
+    with pytest.raises(MachineError, match=r"unsupported PTX instruction at line \d+: brev\.b32"):
+        dev.launch(kernel, threads=4, args=[0])
+
+
+def test_divergent_loop_is_refused():
+    source = r'''extern "C" __global__ void tri(int *y) {
+        int s = 0;
+        for (int j = 0; j < threadIdx.x; j++) s += j;
+        y[threadIdx.x] = s; }'''
+    dev = Device()
+    kernel = dev.load_kernel(source, "tri")
+    with pytest.raises(MachineError, match="uniform"):
+        dev.launch(kernel, threads=4, args=[0])
+
+
+def test_barrier_needs_one_warp():
+    dev = Device()
+    kernel = dev.load_kernel("qccl/kernels/prim.cu", "prim")
+    args = [4 | 16, 4, 100, 0, 101, 0, 10, 20, 30, 40, 102, 0, 103, 0, 1]
+    with pytest.raises(MachineError, match="threads <= 4"):
+        dev.launch(kernel, threads=8, args=args)
+
+
+def test_a_kernel_that_never_finishes_is_reported():
+    dev = device_with({0: np.zeros(1, dtype=np.int32), 1: np.zeros(4, dtype=np.int32)})
+    kernel = dev.load_kernel("qwengpu/kernels/spin.cu", "spin")
+    tokens = list(dev.tokens)
+    with pytest.raises(MachineError, match=r"still running after 50 records; it spins on address 0 \(value 0"):
+        dev.launch(kernel, threads=4, args=[0, 1, 1, 0], max_records=50)
+    assert dev.tokens == tokens and not dev.busy
