@@ -179,8 +179,6 @@ def test_prim_unsigned_compare_differs_from_signed():
                                   LOCAL | COPY | DIV | UNSIGNED, RECV | LOCAL | COPY | DIV | (MAX << OP_SHIFT)],
                          ids=mode_name)
 def test_prim_div(mode, divisor):
-    if mode & UNSIGNED and divisor < 0:
-        pytest.skip("an unsigned divisor is a positive count of ranks")
     run_mode(mode, 4, seed=divisor & 0xFF, divisor=divisor)
 
 
