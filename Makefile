@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
+	$(PY) -m bench.machine_demo
 	$(PY) -m bench.demo
 
 test: $(STAMP)
