@@ -900,10 +900,7 @@ def fuse(mops: list[MOp]) -> list[MOp]:
         uses = _uses(mops)
         for i, mop in enumerate(mops):
             if mop.dst and not uses.get(mop.dst) and mop.store is None and mop.branch == "none" and not mop.atomic:
-                if i + 1 < len(mops):
-                    mops[i + 1].labels |= mop.labels
-                mops.pop(i)
-                _shift_targets(mops, i)
+                _remove(mops, i)
                 changed = True
                 break
         if changed:
@@ -916,10 +913,7 @@ def fuse(mops: list[MOp]) -> list[MOp]:
 
         for i, mop in enumerate(mops):
             if _overwritten(mops, i):
-                if i + 1 < len(mops):
-                    mops[i + 1].labels |= mop.labels
-                mops.pop(i)
-                _shift_targets(mops, i)
+                _remove(mops, i)
                 changed = True
                 break
         if changed:
@@ -1067,6 +1061,14 @@ def _overwritten(mops: list[MOp], i: int) -> bool:
 def _simple_branch(mop: MOp) -> bool:
     return (mop.branch in ("nonzero", "zero") and mop.b == (None, 0) and not mop.load and mop.store is None
             and mop.dst is None and mop.pred is None)
+
+
+def _remove(mops: list[MOp], i: int) -> None:
+    """Drop a dead op; a branch target it carried moves to the op that takes its place."""
+    if i + 1 < len(mops):
+        mops[i + 1].labels |= mops[i].labels
+    mops.pop(i)
+    _shift_targets(mops, i)
 
 
 def _merge(mops: list[MOp], i: int) -> None:
