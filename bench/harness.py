@@ -28,8 +28,10 @@ class Outcome:
 
 
 def run(n: int, kind: str, count: int, op: str = "sum", root: int = 0, dtype=np.int32, in_place: bool = False,
-        algo: str | None = None, seed: int = 0, config: dict | None = None, comms=None, torch_tensors=False) -> Outcome:
-    """``count`` is the per-rank element count NCCL's call takes (allgather: sendcount; reduce_scatter: recvcount)."""
+        algo: str | None = None, seed: int = 0, config: dict | None = None, comms=None, torch_tensors=False,
+        peer: int = 1) -> Outcome:
+    """``count`` is the per-rank element count NCCL's call takes (allgather: sendcount; reduce_scatter: recvcount).
+    ``sendrecv`` is a ring shift by ``peer``: rank r sends to r + peer and receives from r - peer (0: to itself)."""
     comms = comms or qccl.Communicator.init_all(n, config=config)
     n = len(comms)
     sends = R.random_inputs(n, count * (n if kind == "reduce_scatter" else 1), dtype, seed)
@@ -75,8 +77,8 @@ def run(n: int, kind: str, count: int, op: str = "sum", root: int = 0, dtype=np.
             elif kind == "reduce":
                 c.reduce(inputs[r], touts[r], op, root)
             elif kind == "sendrecv":
-                c.send(inputs[r], (r + 1) % n)
-                c.recv(touts[r], (r - 1) % n)
+                c.send(inputs[r], (r + peer) % n)
+                c.recv(touts[r], (r - peer) % n)
     wall = time.perf_counter() - t0
     end = [c.stats for c in comms]
     if kind == "allreduce":
@@ -91,7 +93,7 @@ def run(n: int, kind: str, count: int, op: str = "sum", root: int = 0, dtype=np.
         red = R.reduce(orig, op, root)
         exp = [red if r == root else before[r] for r in range(n)]     # non-root recv buffers are untouched
     else:
-        exp = [orig[(r - 1) % n] for r in range(n)]
+        exp = [orig[(r - peer) % n] for r in range(n)]
     ok = all(np.array_equal(outs[r], exp[r]) and outs[r].dtype == exp[r].dtype for r in range(n))
     delta = lambda key: [e[key] - s[key] for s, e in zip(start, end)]   # noqa: E731
     return Outcome(ok, outs, exp, delta("tokens_written"), delta("launches"), delta("records"), wall, comms)
