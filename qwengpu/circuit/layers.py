@@ -1,0 +1,238 @@
+"""Building blocks of one compiled Qwen3.5 linear-attention decoder layer, written against named residual groups.
+
+A layer has a Gated DeltaNet mixer (heads) and a SwiGLU MLP (units). The two block kinds used everywhere:
+
+- ``Layer.table``: one GDN head as a keyed table. At positions where a condition holds it writes a row (delta rule,
+  beta exactly 1) keyed by a one-hot group and holding one-hot groups, each taken from the current token or one to
+  three tokens back through the causal conv; it reads the row a query group names (q is two-hot with a row that is
+  never written, so q / sqrt(128) stays dyadic) and moves residual groups to the slots it read. A row never written
+  reads as zero, which leaves the destination groups at their defaults. A "copy" of an earlier token's features is a
+  table with one row that every token overwrites.
+- ``Layer.unit``: one SwiGLU hidden unit as a conjunction: its gate is +32 when every condition holds and <= -96
+  otherwise (silu exactly 32 or exactly 0 in bf16), and it moves residual groups.
+
+Every scale below is chosen so that each value is a small dyadic number and each nonlinearity sits in saturation;
+``qwengpu.circuit.exact`` evaluates the result exactly and checks those invariants.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .basis import HOT, CircuitError, Group, Residual
+
+CHANNEL = 32.0          # a live q/k channel after the conv and SiLU (silu(32) = 32 in bf16 and fp32)
+V_CHANNEL = 1024.0      # a live value channel: large, so eps = 1e-6 vanishes in the gated norm's fp32 mean
+GATE_ON = 32.0          # MLP gate of a unit whose conditions all hold
+GATE_STEP = 160.0       # gate weight per condition; one short gives -128, where silu is exactly 0 in bf16 and fp32
+BETA_LOGIT = 128.0      # b = +128 -> beta = 1, b = -128 -> beta = 0
+DECAY_LOGIT = 128.0     # a = +128 -> the state decays to exactly 0 (reset), a = -128 -> it is kept
+Z_GATE = 32.0           # gated-norm gate: silu(32) = 32
+ALLOWED_HOT = (2, 8, 32, 128)   # hot counts whose normalised value sqrt(128 / m) is a power of two
+
+
+@dataclass(frozen=True)
+class Width:
+    """The shape of the compiled stack. QWEN35_2B is Qwen3.5-2B's; narrower widths are for fast tests."""
+    hidden: int = 2048
+    heads: int = 16             # GDN key heads = value heads
+    head_dim: int = 128         # key and value head dimension (one memory word per state row)
+    intermediate: int = 6144
+    conv: int = 4
+
+    @property
+    def key_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 3 * self.key_dim
+
+
+QWEN35_2B = Width()
+
+
+@dataclass(frozen=True)
+class Source:
+    """A residual group read from the token ``tap`` positions back (0 = the current token) through the conv."""
+    group: Group | None         # None: the constant ONE
+    tap: int = 0
+
+    def __post_init__(self):
+        if not 0 <= self.tap <= 3:
+            raise CircuitError(f"conv tap {self.tap}: the kernel-4 conv reaches 0..3 tokens back")
+
+
+@dataclass
+class Layer:
+    """The sparse weights of one decoder layer, as {(row, col): value} maps in transformers' parameter shapes."""
+    index: int
+    width: Width
+    residual: Residual
+    purpose: str = ""
+    qkv: dict = field(default_factory=dict)
+    conv: dict = field(default_factory=dict)           # channel -> [w(t-3), w(t-2), w(t-1), w(t)]
+    z: dict = field(default_factory=dict)
+    b: dict = field(default_factory=dict)
+    a: dict = field(default_factory=dict)
+    out: dict = field(default_factory=dict)
+    gate: dict = field(default_factory=dict)
+    up: dict = field(default_factory=dict)
+    down: dict = field(default_factory=dict)
+    a_log: dict = field(default_factory=dict)          # head -> A_log (default -inf: no decay)
+    heads: list = field(default_factory=list)          # head index -> name
+    units: list = field(default_factory=list)          # unit index -> name
+
+    # -- the mixer -------------------------------------------------------------------------------------------------
+    def _head(self, name: str) -> int:
+        if len(self.heads) >= self.width.heads:
+            raise CircuitError(f"layer {self.index} ({self.purpose}): no GDN head left for {name} "
+                               f"(all {self.width.heads} used: {self.heads})")
+        self.heads.append(name)
+        return len(self.heads) - 1
+
+    def _channel(self, part: str, head: int, i: int) -> int:
+        d, kd = self.width.head_dim, self.width.key_dim
+        return {"q": 0, "k": kd, "v": 2 * kd}[part] + head * d + i
+
+    def _project(self, channel: int, source: Source, dims_weights: list[tuple[int, float]]) -> None:
+        for dim, w in dims_weights:
+            self.qkv[channel, dim] = self.qkv.get((channel, dim), 0.0) + w
+        taps = self.conv.setdefault(channel, [0.0] * self.width.conv)
+        if any(t != 0.0 for i, t in enumerate(taps) if i != 3 - source.tap):
+            raise CircuitError(f"layer {self.index}: channel {channel} reads two taps")
+        taps[3 - source.tap] = 1.0
+
+    @staticmethod
+    def _source_dim(source: Source, slot) -> int:
+        return Residual.ONE if source.group is None else source.group.dim(slot)
+
+    def table(self, name: str, *, key: Source | None, rows: dict, values: list[Source], when: list[tuple],
+              query: list[Source] | None, query_rows: dict | None = None, outputs: dict | None = None,
+              reset_when: list[tuple] | None = None) -> int:
+        """One GDN head used as a keyed table.
+
+        key/rows: the source whose slot names the row written (rows maps slot -> row; a slot not in rows writes
+        nothing); key None: always row 0. values: one-hot sources stored in the row, in order (channels follow each
+        other). when: conjunction of (group, slot-or-slots) on the current token that enables the write.
+        query / query_rows: sources (one is live at a time) whose slot names the row read; None: row 0, always read.
+        outputs: index into values -> (dst group, {source slot: dst slot}): what was read, moved into the residual.
+        reset_when: conjunction that zeroes the whole state before this token's write (decay exp(-128) = 0).
+        """
+        d = self.width.head_dim
+        head = self._head(name)
+        dummy = d - 1                                       # never written: q = e_row + e_dummy stays dyadic
+        # key
+        if key is None:
+            self._project(self._channel("k", head, 0), Source(None), [(Residual.ONE, CHANNEL)])
+        else:
+            for slot, row in rows.items():
+                if row >= dummy:
+                    raise CircuitError(f"{name}: row {row} is outside 0..{dummy - 1}")
+                self._project(self._channel("k", head, row), key, [(key.group.dim(slot), CHANNEL)])
+        # values, padded with constant channels to a hot count whose norm is a power of two
+        channel = 0
+        for source in values:
+            slots = [None] if source.group is None else list(source.group.slots)
+            for slot in slots:
+                self._project(self._channel("v", head, channel), source, [(self._source_dim(source, slot), V_CHANNEL)])
+                channel += 1
+        hot = len(values)
+        target = next((m for m in ALLOWED_HOT if m >= hot), None)
+        if target is None or channel + (target - hot) > d:
+            raise CircuitError(f"{name}: {hot} value groups in {channel} channels do not fit a {d}-dim head")
+        tap = values[0].tap if values else 0
+        for _ in range(target - hot):
+            self._project(self._channel("v", head, channel), Source(None, tap), [(Residual.ONE, V_CHANNEL)])
+            channel += 1
+        # write gate
+        self._logit(self.b, head, when, BETA_LOGIT)
+        if reset_when is not None:
+            self.a_log[head] = 0.0
+            self._logit(self.a, head, reset_when, DECAY_LOGIT)
+        # query: the row's channel plus the dummy, both live exactly when one query slot is
+        if query is None:
+            for i in (0, dummy):
+                self._project(self._channel("q", head, i), Source(None), [(Residual.ONE, CHANNEL)])
+        else:
+            live = query_rows if query_rows is not None else rows
+            for source in query:
+                for slot, row in live.items():
+                    self._add_q(head, row, source, slot)
+                    self._add_q(head, dummy, source, slot)
+        # gated-norm gate and the output projection
+        for j in range(d):
+            self.z[head * d + j, Residual.ONE] = Z_GATE
+        scale = HOT / (Z_GATE * (d / target) ** 0.5)
+        channel = 0
+        for index, source in enumerate(values):
+            if outputs and index in outputs:
+                dst, mapping = outputs[index]
+                for slot, dst_slot in mapping.items():
+                    self._move(self.out, head * d + channel + source.group.slots.index(slot), dst, dst_slot, scale)
+            channel += 1 if source.group is None else source.group.size
+        return head
+
+    def _add_q(self, head: int, row: int, source: Source, slot) -> None:
+        channel = self._channel("q", head, row)
+        dim = source.group.dim(slot)
+        self.qkv[channel, dim] = self.qkv.get((channel, dim), 0.0) + CHANNEL
+        taps = self.conv.setdefault(channel, [0.0] * self.width.conv)
+        taps[3 - source.tap] = 1.0
+
+    def _logit(self, target: dict, head: int, conditions: list[tuple], magnitude: float) -> None:
+        """+magnitude when every condition holds, <= -magnitude otherwise (2 * magnitude per condition)."""
+        if not conditions:
+            target[head, Residual.ONE] = magnitude
+            return
+        for group, slots in conditions:
+            slots = slots if isinstance(slots, (list, tuple, set, frozenset)) else [slots]
+            for slot in slots:
+                target[head, group.dim(slot)] = target.get((head, group.dim(slot)), 0.0) + 2 * magnitude
+        target[head, Residual.ONE] = target.get((head, Residual.ONE), 0.0) - (2 * magnitude * len(conditions)
+                                                                               - magnitude)
+
+    # -- the MLP ---------------------------------------------------------------------------------------------------
+    def unit(self, name: str, conditions: list[tuple], moves: list[tuple]) -> int:
+        """One SwiGLU unit: if every (group, slot-or-slots) condition holds, move each (group, to[, from]) group."""
+        if len(self.units) >= self.width.intermediate:
+            raise CircuitError(f"layer {self.index} ({self.purpose}): no MLP unit left for {name} "
+                               f"({self.width.intermediate} used)")
+        u = len(self.units)
+        self.units.append(name)
+        for group, slots in conditions:
+            slots = slots if isinstance(slots, (list, tuple, set, frozenset)) else [slots]
+            for slot in slots:
+                self.gate[u, group.dim(slot)] = self.gate.get((u, group.dim(slot)), 0.0) + GATE_STEP
+        self.gate[u, Residual.ONE] = GATE_ON - GATE_STEP * len(conditions)
+        self.up[u, Residual.ONE] = 1.0
+        for move in moves:
+            group, to = move[0], move[1]
+            source = move[2] if len(move) > 2 else group.default
+            self._move(self.down, u, group, to, HOT / GATE_ON, source)
+        return u
+
+    @staticmethod
+    def _move(target: dict, column: int, group: Group, to, scale: float, source=None) -> None:
+        source = group.default if source is None else source
+        if to == source:
+            return
+        for slot, sign in ((to, 1.0), (source, -1.0)):
+            key = (group.dim(slot), column)
+            target[key] = target.get(key, 0.0) + sign * scale
+
+
+def dense(entries: dict, shape: tuple[int, int]):
+    """A {(row, col): value} map as a numpy array (for the state dict)."""
+    import numpy as np
+    out = np.zeros(shape, dtype=np.float32)
+    for (r, c), v in entries.items():
+        out[r, c] = v
+    return out
+
+
+def by_row(entries: dict) -> dict:
+    rows = defaultdict(dict)
+    for (r, c), v in entries.items():
+        rows[r][c] = v
+    return rows
