@@ -66,6 +66,53 @@ def cases(ranks, counts, kinds=KINDS) -> list[Case]:
     return out
 
 
+SMALL_COUNTS = (0, 1, 3, 16, 37, 100)
+
+
+def _cost(kind: str, n: int, count: int) -> int:
+    """Words each rank moves, roughly what a case costs to simulate."""
+    return count * n * (n if kind in ("reduce_scatter", "allgather") else 1)
+
+
+def slice_cases(kinds=KINDS, ranks=range(1, 9), counts=SMALL_COUNTS, per_combo: int = 3,
+                budget: int = 800) -> list[Case]:
+    """A covering slice of the cross product, for the test suite: every op x dtype x in/out of place x algorithm of
+    each collective at ``per_combo`` different (ranks, count) points, and every root (SendRecv: every peer) of every
+    rank count for each algorithm, with ops, dtypes and counts rotating. A case over ``budget`` (see _cost) takes the
+    next smaller count (a count pushed out everywhere runs once more on 2 ranks). Count 1000 is left to the tests that run it once per collective."""
+    ranks, counts = list(ranks), sorted(counts)
+    out = []
+
+    def fit(kind, n, count):
+        while _cost(kind, n, count) > budget:
+            count = counts[counts.index(count) - 1]
+        return count
+
+    for kind in kinds:
+        ops = OPS if kind in REDUCING else ("sum",)
+        places = (False, True) if kind in IN_PLACE else (False,)
+        if kind in ROOTED:
+            for algo in ALGOS.get(kind, (None,)):
+                combos = list(itertools.product(ops, DTYPES, places))
+                points = [(n, root) for n in ranks for root in range(n)]
+                for i in range(max(len(points), per_combo * len(combos))):
+                    (op, dtype, in_place), (n, root) = combos[i % len(combos)], points[i % len(points)]
+                    count = fit(kind, n, counts[i % len(counts)])
+                    out.append(Case(n, kind, count, op, dtype, root, in_place, algo))
+        else:
+            combos = list(itertools.product(ops, DTYPES, places, ALGOS.get(kind, (None,))))
+            for c, (op, dtype, in_place, algo) in enumerate(combos):
+                for j in range(per_combo):
+                    n = ranks[(c + 3 * j) % len(ranks)]
+                    count = fit(kind, n, counts[(c + 2 * j) % len(counts)])
+                    out.append(Case(n, kind, count, op, dtype, 0, in_place, algo))
+            seen = {c.count for c in out if c.kind == kind}
+            for i, count in enumerate(c for c in counts if c not in seen):    # counts the budget pushed out
+                op, dtype, in_place, algo = combos[i % len(combos)]
+                out.append(Case(2, kind, count, op, dtype, 0, in_place, algo))
+    return out
+
+
 def ranks_arg(text: str) -> list[int]:
     if "-" in text:
         a, b = text.split("-")
