@@ -39,8 +39,13 @@ def make_backend(backend: str, **options):
         if options:
             raise MachineError(f"the interpreter backend takes no options, got {sorted(options)}")
         return Interpreter()
-    raise MachineError(f"unknown backend {backend!r}: this build has 'interpreter' (circuit and model come with the "
-                       "compiled-circuit issue)")
+    if backend == "circuit":
+        from .circuit.exact import CircuitBackend
+        return CircuitBackend(**options)
+    if backend == "model":
+        from .circuit.model import ModelBackend
+        return ModelBackend(**options)
+    raise MachineError(f"unknown backend {backend!r}: the backends are 'interpreter', 'circuit' and 'model'")
 
 
 @dataclass
@@ -80,7 +85,8 @@ class Record:
 class Device:
     """A QwenGPU: 4 lanes, 15 registers, a 32-block ROM, 127 words of memory (word 127 is the sink).
 
-    backend: "interpreter" (the reference). router: set by a transport; ``router.route(address)`` returns an aperture
+    backend: "interpreter" (the reference), "circuit" (the compiled weights evaluated exactly) or "model" (the
+    weights in transformers' Qwen3.5, options dtype= and device=); options go to the backend. router: set by a transport; ``router.route(address)`` returns an aperture
     (with ``.multicast``) or None for local memory.
     """
 
@@ -198,6 +204,10 @@ class Device:
         """Begin a launch: feed the program rows that changed and the first warp's header. Writes nothing yet."""
         if self._launch is not None:
             raise MachineError(f"start({kernel.name}): a launch of {self._launch['kernel'].name} is still running")
+        supports = getattr(self.backend, "supports", ("write", "read", "launch"))
+        if "launch" not in supports:
+            raise MachineError(f"start({kernel.name}): the {self.backend_name} backend's compiled circuit runs "
+                               f"{' and '.join(supports)} only; kernels run on the interpreter backend")
         threads = _integer(threads, "threads")
         if not 1 <= threads <= MAX_THREADS:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")

@@ -62,6 +62,7 @@ class CircuitBackend:
     def __init__(self, circuit: Circuit | None = None, width: Width | None = None, trace: bool = False):
         self.circuit = circuit if circuit is not None else compile_circuit(*(() if width is None else (width,)))
         self.width = self.circuit.width
+        self.supports = self.circuit.supports
         self.layers = [_Compiled(layer) for layer in self.circuit.layers]
         self.embedding = self.circuit.embedding().astype(np.float64)
         self.head = _csr(self.circuit.output_head(), (T.VOCAB_SIZE, self.width.hidden))
