@@ -166,18 +166,21 @@ class Block:
         return text
 
 
-# ROM row encoding: three control words then the three 32-bit immediates as lo/hi halves. Fields are (name, bits).
+# ROM row encoding: four control words, then the three 32-bit immediates as lo/hi halves. Every field starts on a
+# nibble boundary (register fields and op take a byte, the flags a nibble), so the compiled circuit tests a field by
+# matching whole nibbles of the word it read. Fields are (name, bits), low bits first.
 CONTROL_FIELDS = (
-    ("op", 6), ("dst", 5), ("a_reg", 5),                                   # word 0 (16 bits)
-    ("b_reg", 5), ("store", 5), ("load", 1), ("store_enable", 1),          # word 1 (16 bits)
-    ("atomic", 1), ("pred", 5), ("pred_negate", 1), ("branch", 2),
-    ("target", 6),                                                         # word 2 (15 bits)
+    ("op", 8), ("dst", 8),                                                 # word 0
+    ("a_reg", 8), ("b_reg", 8),                                            # word 1
+    ("store", 8), ("pred", 8),                                             # word 2
+    ("target", 8), ("load", 1), ("store_enable", 1), ("atomic", 1), ("pred_negate", 1), ("branch", 4),  # word 3
 )
-ROW_WORDS = 3 + 6
+CONTROL_WORDS = 4
+ROW_WORDS = CONTROL_WORDS + 6
 
 
 def encode_block(block: Block) -> list[int]:
-    """A block as the 16-bit words the host feeds after a ROM header (3 control words, then a, b, store immediates)."""
+    """A block as the 16-bit words the host feeds after a ROM header (control words, then a, b, store immediates)."""
     values = {
         "op": OPS[block.op][0], "dst": block.dst, "a_reg": block.a.reg, "b_reg": block.b.reg,
         "store": block.store, "load": int(block.load), "store_enable": int(block.store_enable),
@@ -188,7 +191,7 @@ def encode_block(block: Block) -> list[int]:
     for name, width in CONTROL_FIELDS:
         bits |= values[name] << shift
         shift += width
-    words = [(bits >> (16 * i)) & 0xFFFF for i in range(3)]
+    words = [(bits >> (16 * i)) & 0xFFFF for i in range(CONTROL_WORDS)]
     for imm in (block.a.imm, block.b.imm, block.store_imm):
         words += [imm & 0xFFFF, imm >> 16]
     return words
@@ -198,12 +201,12 @@ def decode_block(words: list[int]) -> Block:
     """Inverse of encode_block."""
     if len(words) != ROW_WORDS:
         raise MachineError(f"a ROM row has {ROW_WORDS} words, got {len(words)}")
-    bits = words[0] | (words[1] << 16) | (words[2] << 32)
+    bits = sum(words[i] << (16 * i) for i in range(CONTROL_WORDS))
     values, shift = {}, 0
     for name, width in CONTROL_FIELDS:
         values[name] = (bits >> shift) & ((1 << width) - 1)
         shift += width
-    imms = [words[3 + 2 * i] | (words[4 + 2 * i] << 16) for i in range(3)]
+    imms = [words[CONTROL_WORDS + 2 * i] | (words[CONTROL_WORDS + 1 + 2 * i] << 16) for i in range(3)]
     return Block(
         op=OP_NAMES[values["op"]], a=Operand(values["a_reg"], imms[0]), b=Operand(values["b_reg"], imms[1]),
         dst=values["dst"], load=bool(values["load"]), store=values["store"], store_imm=imms[2],

@@ -14,7 +14,7 @@ Grammar (who writes each token: H = host-fed, M = model-written, P = a peer's pa
 
     write record  := MEM a  VAL lo  VAL hi                       H for cudaMemcpy, M for a store, P over QLink
     read          := READ a (H)  VAL lo (M)  VAL hi (M)
-    program row   := ROM b  VAL w0 .. VAL w8                     all H
+    program row   := ROM b  VAL w0 .. VAL w9                     all H
     warp          := WARP VAL base VAL lanes (H)  record+  END (M)
     record        := EXEC b (M)  [VAL lo VAL hi] x LANES (M)  write-back* (M)
     write-back    := write record, one per active storing lane, in lane order
