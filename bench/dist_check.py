@@ -1,8 +1,10 @@
-"""One rank of a multi-process check: ``python -m qccl.launch -n 4 -m bench.dist_check [--json OUT]``.
+"""One rank of a multi-process check: ``python -m qccl.launch -n 4 -m bench.dist_check [--json OUT] [--cases C]``.
 
-Runs the six collectives over the gloo fabric, compares each with numpy and with torch.distributed's gloo (the same
-inputs, the same op), and writes per rank a digest of the tokens its device wrote, so a test can hold them against an
-in-process run of the same calls (the same token streams either way)."""
+Runs the six collectives over the gloo fabric, compares each with numpy and, for int32 where torch.distributed has the
+call, with gloo (the same inputs, the same op), and writes per rank a digest of the tokens its device wrote, so a test can hold them against an
+in-process run of the same calls (the same token streams either way). ``--cases basic``: ten calls; ``wide``: every
+collective, op, dtype, place, algorithm and root / peer for this many ranks (bench.sweep's Case); ``wide+big`` adds
+an AllReduce of 1000 words."""
 from __future__ import annotations
 
 import argparse
@@ -14,57 +16,66 @@ import sys
 import numpy as np
 
 import qccl
-from bench import reference as R
+from bench import harness as H
+from bench.sweep import DTYPES, IN_PLACE, OPS, SMALL_COUNTS, Case, _cost
 
-CASES = [("allreduce", "sum", 16), ("allreduce", "max", 37), ("allreduce", "avg", 5), ("reduce_scatter", "prod", 3),
+# the original ten: (kind, op, count); "_mc" is the multicast algorithm; the root of call i is i % n
+BASIC = [("allreduce", "sum", 16), ("allreduce", "max", 37), ("allreduce", "avg", 5), ("reduce_scatter", "prod", 3),
          ("allgather", None, 3), ("broadcast", None, 16), ("reduce", "min", 16), ("sendrecv", None, 16),
          ("allgather_mc", None, 4), ("broadcast_mc", None, 20)]
 
 
-def call(comm, kind, op, count, sends, root, outs):
-    r, n = comm.rank, comm.nranks
-    if kind == "allreduce":
-        comm.allreduce(sends[r], outs[r], op)
-    elif kind == "reduce_scatter":
-        comm.reduce_scatter(sends[r], outs[r], op)
-    elif kind.startswith("allgather"):
-        comm.allgather(sends[r], outs[r], algo="multicast" if kind.endswith("_mc") else "ring")
-    elif kind.startswith("broadcast"):
-        comm.broadcast(sends[r], outs[r], root, algo="multicast" if kind.endswith("_mc") else "ring")
-    elif kind == "reduce":
-        comm.reduce(sends[r], outs[r], op, root)
-    elif kind == "sendrecv":
-        with qccl.group():
-            comm.send(sends[r], (r + 1) % n)
-            comm.recv(outs[r], (r - 1) % n)
+def basic(n: int) -> list[Case]:
+    out = []
+    for i, (kind, op, count) in enumerate(BASIC):
+        algo = "multicast" if kind.endswith("_mc") else None
+        kind = kind.removesuffix("_mc")
+        root = 1 % n if kind == "sendrecv" else i % n
+        out.append(Case(n, kind, count, op or "sum", np.int32, root, False, algo))
+    return out
 
 
-def inputs(kind, count, n, seed):
-    sends = R.random_inputs(n, count * (n if kind == "reduce_scatter" else 1), np.int32, seed)
-    size = count * n if kind.startswith("allgather") else count
-    return sends, [np.zeros(size, np.int32) for _ in range(n)]
+def wide(n: int, big: bool = False) -> list[Case]:
+    """Every collective, every op, both dtypes, in and out of place, both algorithms, counts 0..100 rotating, every
+    root of Broadcast and Reduce and every peer of SendRecv; ``big`` adds one AllReduce of 1000 words."""
+    calls = [("allreduce", op, 0, (None, "multicast")[i % 2]) for i, op in enumerate(OPS)]
+    calls += [("reduce_scatter", op, 0, None) for op in OPS]
+    calls += [("allgather", "sum", 0, algo) for algo in (None, "multicast")]
+    calls += [("broadcast", "sum", root, (None, "multicast")[root % 2]) for root in range(n)]
+    calls += [("reduce", OPS[root % len(OPS)], root, None) for root in range(n)]
+    calls += [("sendrecv", "sum", peer, None) for peer in range(n)]
+    out = []
+    for i, (kind, op, root, algo) in enumerate(calls):
+        count = SMALL_COUNTS[i % len(SMALL_COUNTS)]
+        while _cost(kind, n, count) > 800:
+            count = SMALL_COUNTS[SMALL_COUNTS.index(count) - 1]
+        in_place = kind in IN_PLACE and (i // 2) % 2 == 1
+        out.append(Case(n, kind, count, op, DTYPES[i % 2], root, in_place, algo))
+    if big:
+        out.append(Case(n, "allreduce", 1000, "sum", np.uint32, 0, True, None))
+    return out
 
 
-def expected(kind, op, sends, root, outs_before):
-    n = len(sends)
-    if kind == "allreduce":
-        return R.allreduce(sends, op)
-    if kind == "reduce_scatter":
-        return R.reduce_scatter(sends, op)
-    if kind.startswith("allgather"):
-        return R.allgather(sends)
-    if kind.startswith("broadcast"):
-        return R.broadcast(sends, root)
-    if kind == "reduce":
-        return [R.reduce(sends, op, root) if r == root else outs_before[r] for r in range(n)]
-    return [sends[(r - 1) % n] for r in range(n)]
+def case_list(n: int, which: str) -> list[Case]:
+    return {"basic": basic, "wide": wide, "wide+big": lambda n: wide(n, big=True)}[which](n)
+
+
+def call(comm, case: Case, b: H.Buffers) -> None:
+    r = comm.rank
+    peer = case.root if case.kind == "sendrecv" else 1
+    H.issue(comm, case.kind, b.inputs[r], b.outs[r], case.op, case.root, case.algo, peer)
+
+
+def expected(case: Case, b: H.Buffers) -> list:
+    peer = case.root if case.kind == "sendrecv" else 1
+    return H.expect(case.kind, b, case.op, case.root, peer)
 
 
 def gloo_result(kind, op, sends, root, rank, n):
-    """torch.distributed (gloo) on the same inputs, where it has the call: a second reference."""
+    """torch.distributed (gloo) on the same inputs, where it has the call (int32 only): a second reference."""
     import torch
     import torch.distributed as dist
-    if not dist.is_initialized():           # one rank: no group to ask
+    if not dist.is_initialized() or sends[rank].dtype != np.int32:     # one rank: no group to ask
         return None
     ops = {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
            "min": dist.ReduceOp.MIN}
@@ -72,10 +83,10 @@ def gloo_result(kind, op, sends, root, rank, n):
     if kind == "allreduce" and op in ops:
         dist.all_reduce(t, ops[op])
         return t.numpy()
-    if kind.startswith("broadcast"):
+    if kind == "broadcast":
         dist.broadcast(t, root)
         return t.numpy()
-    if kind.startswith("allgather"):
+    if kind == "allgather":
         out = [torch.zeros_like(t) for _ in range(n)]
         dist.all_gather(out, t)
         return torch.cat(out).numpy()
@@ -86,19 +97,17 @@ def digest(dev) -> str:
     return hashlib.sha256(np.asarray([t.id for t in dev.tokens], np.int64).tobytes()).hexdigest()
 
 
-def in_process(n: int, burst: int = 1) -> dict:
+def in_process(n: int, burst: int = 1, which: str = "basic") -> dict:
     """The same calls with every rank in this process (one group per call): results and token digests per rank."""
     comms = qccl.Communicator.init_all(n, config={"burst": burst})
     ok = True
-    for i, (kind, op, count) in enumerate(CASES):
-        root = i % n
-        sends, outs = inputs(kind, count, n, seed=100 + i)
-        before = [o.copy() for o in outs]
+    for i, case in enumerate(case_list(n, which)):
+        b = H.prepare(n, case.kind, case.count, case.dtype, case.in_place, seed=100 + i)
         with qccl.group():
             for c in comms:
-                call(c, kind, op, count, sends, root, outs)
-        exp = expected(kind, op, sends, root, before)
-        ok &= all(np.array_equal(outs[r], exp[r]) for r in range(n))
+                call(c, case, b)
+        exp = expected(case, b)
+        ok &= all(H.same(b.outs[r], exp[r]) for r in range(n))
     return {"ok": ok, "tokens": [digest(c.world.devices[c.rank]) for c in comms],
             "stats": [c.stats for c in comms]}
 
@@ -107,20 +116,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
     ap.add_argument("--burst", type=int, default=1)
+    ap.add_argument("--cases", default="basic", choices=("basic", "wide", "wide+big"))
     a = ap.parse_args(argv)
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     comm = qccl.Communicator.init(n, rank, qccl.get_unique_id(), config={"burst": a.burst})
     report = {"rank": rank, "cases": []}
-    for i, (kind, op, count) in enumerate(CASES):
-        root = i % n
-        sends, outs = inputs(kind, count, n, seed=100 + i)
-        before = [o.copy() for o in outs]
-        call(comm, kind, op, count, sends, root, outs)
-        exp = expected(kind, op, sends, root, before)[rank]
-        ok = bool(np.array_equal(outs[rank], exp))
-        g = gloo_result(kind, op, sends, root, rank, n)
-        gloo_ok = None if g is None else bool(np.array_equal(outs[rank], g))
-        report["cases"].append({"kind": kind, "op": op, "count": count, "numpy": ok, "gloo": gloo_ok})
+    for i, case in enumerate(case_list(n, a.cases)):
+        b = H.prepare(n, case.kind, case.count, case.dtype, case.in_place, seed=100 + i)
+        call(comm, case, b)
+        ok = H.same(b.outs[rank], expected(case, b)[rank])
+        g = gloo_result(case.kind, case.op, b.orig, case.root, rank, n)
+        gloo_ok = None if g is None else bool(np.array_equal(b.outs[rank], g))
+        report["cases"].append({"case": str(case), "numpy": ok, "gloo": gloo_ok})
     report["tokens"] = digest(comm.world.devices[rank])
     report["stats"] = comm.stats
     comm.destroy()
@@ -130,6 +137,8 @@ def main(argv=None) -> int:
     bad = [c for c in report["cases"] if not c["numpy"] or c["gloo"] is False]
     print(f"rank {rank}: {len(report['cases']) - len(bad)}/{len(report['cases'])} cases identical to numpy"
           f"{' and gloo' if not bad else ''}; tokens written {report['stats']['tokens_written']}", flush=True)
+    for c in bad:
+        print(f"rank {rank}: DIFFERS: {c['case']}", flush=True)
     return 1 if bad else 0
 
 
