@@ -7,7 +7,8 @@ Cases run cheapest first (by count, then ranks), each on fresh communicators wit
 (``--shard``) or any number of worker processes (``--jobs``) gives the same verdicts. Prints one line per failure,
 progress, and a summary; exits non-zero on any difference. The full default sweep (about 11,000 cases) takes hours
 on one core: counts of 1000 on 8 ranks are the long ones. The test suite runs chosen slices of it
-(tests/test_qccl_sweep.py).
+(tests/test_qccl_sweep.py). ``--processes``: one process per rank (qccl.launch, gloo) for each rank count, with
+bench.dist_check's wide cases.
 """
 from __future__ import annotations
 
@@ -133,6 +134,23 @@ def _check(item):
     return index, case, o.ok, max(o.tokens, default=0)
 
 
+def processes(ranks) -> int:
+    import subprocess
+    t0, bad = time.time(), []
+    for n in ranks:
+        r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", str(n), "--timeout", "1200", "-m",
+                            "bench.dist_check", "--cases", "wide+big", "--burst", str(min(n, 8))],
+                           capture_output=True, text=True)
+        lines = [x for x in r.stdout.splitlines() if x.startswith("rank ")]
+        print(f"{n} processes: exit {r.returncode}; " + (lines[0] if lines else r.stderr.strip()[-300:]), flush=True)
+        if r.returncode:
+            bad.append(n)
+            print(r.stdout + r.stderr, flush=True)
+    print(f"across processes: {len(ranks) - len(bad)} of {len(ranks)} rank counts identical to numpy (and gloo) "
+          f"on every rank ({time.time() - t0:.0f} s)")
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="1-8", type=ranks_arg)
@@ -140,7 +158,12 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), type=lambda s: s.split(","))
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     ap.add_argument("--shard", type=shard_arg, default=(0, 1), help="run every K-th case from the I-th (I/K)")
+    ap.add_argument("--processes", action="store_true",
+                    help="instead: one process per rank over gloo (python -m qccl.launch), for each rank count, "
+                         "bench.dist_check's wide cases and a 1000-word AllReduce")
     a = ap.parse_args(argv)
+    if a.processes:
+        return processes(a.ranks)
     unknown = set(a.kinds) - set(KINDS)
     if unknown:
         ap.error(f"unknown kinds {sorted(unknown)} (kinds: {', '.join(KINDS)})")
