@@ -83,7 +83,3 @@ def as_buffer(obj, what: str) -> Buffer:
     if array.size and not np.shares_memory(flat, array):
         raise InvalidArgument(f"{what}: the array is not contiguous")
     return Buffer(flat, data_type(array.dtype), owner)
-
-
-def as_optional_buffer(obj, what: str) -> Buffer | None:
-    return None if obj is None else as_buffer(obj, what)

@@ -15,8 +15,10 @@ import os
 import secrets
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import group as G
-from .buffers import Buffer, as_buffer, as_optional_buffer
+from .buffers import Buffer, as_buffer
 from .errors import InvalidArgument, InvalidUsage
 from .heap import Heap
 from .plugins import get_transport
@@ -179,12 +181,8 @@ class Communicator:
                                   f"(supported: {', '.join(self.transport.dtypes)})")
         return buf.dtype
 
-    def _same_type(self, a: Buffer, b: Buffer, what: str) -> None:
-        if a.dtype != b.dtype:
-            raise InvalidArgument(f"{what}: send dtype {a.dtype} and recv dtype {b.dtype} differ")
-
     def _root(self, root, what="root") -> int:
-        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self._nranks:
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self._nranks:
             raise InvalidArgument(f"invalid {what} {root} ({what} should be in the 0..{self._nranks - 1} range)")
         return int(root)
 
@@ -194,11 +192,32 @@ class Communicator:
             raise InvalidArgument(f"{kind}: unknown algorithm {algo!r} (available: {', '.join(ALGOS[kind])})")
         return algo
 
-    @staticmethod
-    def _overlap(send: Buffer, recv: Buffer, in_place: bool, what: str) -> None:
-        """Buffers are either the in-place arrangement NCCL defines or disjoint."""
-        if send.overlaps(recv) and not in_place:
-            raise InvalidArgument(f"{what}: send and recv buffers overlap without being in place")
+    def _buffers(self, kind: str, sendbuf, recvbuf, layout: str = "same", send: bool = True, recv: bool = True):
+        """Wrap and check the buffers a rank passes to a collective; ``send``/``recv`` False: this rank does not use
+        that one (a non-root's Broadcast input, Reduce output). Both used: one dtype, the sizes ``layout`` asks
+        (same: equal; gather: recv = nranks x send; scatter: send = nranks x recv), and either disjoint or the in-place
+        arrangement NCCL defines (recv's, or send's, block of this rank). Returns (send, recv, dtype)."""
+        s = as_buffer(sendbuf, f"{kind} sendbuf") if send else None
+        r = _writable(as_buffer(recvbuf, f"{kind} recvbuf"), f"{kind} recvbuf") if recv else None
+        if s is not None and r is not None and s.dtype != r.dtype:
+            raise InvalidArgument(f"{kind}: send dtype {s.dtype} and recv dtype {r.dtype} differ")
+        dt = self._dtype(s if s is not None else r, kind)
+        if s is None or r is None:
+            return s, r, dt
+        n = self._nranks
+        if layout == "same" and s.count != r.count:
+            raise InvalidArgument(f"{kind}: sendbuf has {s.count} elements, recvbuf {r.count}")
+        if layout == "gather" and r.count != s.count * n:
+            raise InvalidArgument(f"{kind}: recvbuf has {r.count} elements; it needs nranks x sendcount = "
+                                  f"{n} x {s.count}")
+        if layout == "scatter" and s.count != r.count * n:
+            raise InvalidArgument(f"{kind}: sendbuf has {s.count} elements; it needs nranks x recvcount = "
+                                  f"{n} x {r.count}")
+        in_place = {"same": s.ptr == r.ptr, "gather": s.ptr == r.ptr + self._rank * s.nbytes,
+                    "scatter": r.ptr == s.ptr + self._rank * r.nbytes}[layout]
+        if s.overlaps(r) and not in_place:
+            raise InvalidArgument(f"{kind}: send and recv buffers overlap without being in place")
+        return s, r, dt
 
     def _submit(self, call: Call) -> None:
         if G.in_group():
@@ -210,13 +229,8 @@ class Communicator:
     def allreduce(self, sendbuf, recvbuf, op="sum", stream=None, algo=None) -> None:
         """ncclAllReduce: recv = op over ranks of send. In place when send is recv."""
         self._alive("allreduce")
-        s, r = as_buffer(sendbuf, "allreduce sendbuf"), as_buffer(recvbuf, "allreduce recvbuf")
         op = red_op(op)
-        self._same_type(s, r, "allreduce")
-        dt = self._dtype(s, "allreduce")
-        if s.count != r.count:
-            raise InvalidArgument(f"allreduce: sendbuf has {s.count} elements, recvbuf {r.count}")
-        self._overlap(s, r, s.ptr == r.ptr, "allreduce")
+        s, r, dt = self._buffers("allreduce", sendbuf, recvbuf)
         self._submit(Call(self, "allreduce", s, r, s.count, dt, op, None, self._algo("allreduce", algo)))
 
     def reduce(self, sendbuf, recvbuf, op="sum", root=0, stream=None, algo=None) -> None:
@@ -224,30 +238,14 @@ class Communicator:
         self._alive("reduce")
         root = self._root(root)
         op = red_op(op)
-        s = as_buffer(sendbuf, "reduce sendbuf")
-        r = as_optional_buffer(recvbuf, "reduce recvbuf") if self._rank != root else as_buffer(recvbuf,
-                                                                                              "reduce recvbuf")
-        dt = self._dtype(s, "reduce")
-        if self._rank == root:
-            self._same_type(s, r, "reduce")
-            if s.count != r.count:
-                raise InvalidArgument(f"reduce: sendbuf has {s.count} elements, recvbuf {r.count}")
-            self._overlap(s, r, s.ptr == r.ptr, "reduce")
-        self._submit(Call(self, "reduce", s, r if self._rank == root else None, s.count, dt, op, root,
-                          self._algo("reduce", algo)))
+        s, r, dt = self._buffers("reduce", sendbuf, recvbuf, recv=self._rank == root)
+        self._submit(Call(self, "reduce", s, r, s.count, dt, op, root, self._algo("reduce", algo)))
 
     def broadcast(self, sendbuf, recvbuf, root=0, stream=None, algo=None) -> None:
         """ncclBroadcast: every rank's recv = the root's send (send may be None on other ranks)."""
         self._alive("broadcast")
         root = self._root(root)
-        r = as_buffer(recvbuf, "broadcast recvbuf")
-        s = as_buffer(sendbuf, "broadcast sendbuf") if self._rank == root else None
-        dt = self._dtype(r, "broadcast")
-        if s is not None:
-            self._same_type(s, r, "broadcast")
-            if s.count != r.count:
-                raise InvalidArgument(f"broadcast: sendbuf has {s.count} elements, recvbuf {r.count}")
-            self._overlap(s, r, s.ptr == r.ptr, "broadcast")
+        s, r, dt = self._buffers("broadcast", sendbuf, recvbuf, send=self._rank == root)
         self._submit(Call(self, "broadcast", s, r, r.count, dt, None, root, self._algo("broadcast", algo)))
 
     def bcast(self, buf, root=0, stream=None, algo=None) -> None:
@@ -257,26 +255,14 @@ class Communicator:
     def allgather(self, sendbuf, recvbuf, stream=None, algo=None) -> None:
         """ncclAllGather: recv = the ranks' send buffers, rank order. In place when send is recv's own block."""
         self._alive("allgather")
-        s, r = as_buffer(sendbuf, "allgather sendbuf"), as_buffer(recvbuf, "allgather recvbuf")
-        self._same_type(s, r, "allgather")
-        dt = self._dtype(s, "allgather")
-        if r.count != s.count * self._nranks:
-            raise InvalidArgument(f"allgather: recvbuf has {r.count} elements; it needs nranks x sendcount = "
-                                  f"{self._nranks} x {s.count}")
-        self._overlap(s, r, s.ptr == r.ptr + self._rank * s.count * s.itemsize, "allgather")
+        s, r, dt = self._buffers("allgather", sendbuf, recvbuf, "gather")
         self._submit(Call(self, "allgather", s, r, s.count, dt, None, None, self._algo("allgather", algo)))
 
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", stream=None, algo=None) -> None:
         """ncclReduceScatter: rank r's recv = block r of op over ranks of send. In place when recv is send's block r."""
         self._alive("reduce_scatter")
-        s, r = as_buffer(sendbuf, "reduce_scatter sendbuf"), as_buffer(recvbuf, "reduce_scatter recvbuf")
         op = red_op(op)
-        self._same_type(s, r, "reduce_scatter")
-        dt = self._dtype(s, "reduce_scatter")
-        if s.count != r.count * self._nranks:
-            raise InvalidArgument(f"reduce_scatter: sendbuf has {s.count} elements; it needs nranks x recvcount = "
-                                  f"{self._nranks} x {r.count}")
-        self._overlap(s, r, r.ptr == s.ptr + self._rank * r.count * r.itemsize, "reduce_scatter")
+        s, r, dt = self._buffers("reduce_scatter", sendbuf, recvbuf, "scatter")
         self._submit(Call(self, "reduce_scatter", s, r, r.count, dt, op, None, self._algo("reduce_scatter", algo)))
 
     def send(self, sendbuf, peer, stream=None) -> None:
@@ -284,16 +270,14 @@ class Communicator:
         self._alive("send")
         peer = self._root(peer, "peer")
         s = as_buffer(sendbuf, "send buf")
-        dt = self._dtype(s, "send")
-        self._submit(Call(self, "send", s, None, s.count, dt, None, peer))
+        self._submit(Call(self, "send", s, None, s.count, self._dtype(s, "send"), None, peer))
 
     def recv(self, recvbuf, peer, stream=None) -> None:
         """ncclRecv: from ``peer``."""
         self._alive("recv")
         peer = self._root(peer, "peer")
-        r = as_buffer(recvbuf, "recv buf")
-        dt = self._dtype(r, "recv")
-        self._submit(Call(self, "recv", None, r, r.count, dt, None, peer))
+        r = _writable(as_buffer(recvbuf, "recv buf"), "recv buf")
+        self._submit(Call(self, "recv", None, r, r.count, self._dtype(r, "recv"), None, peer))
 
     # -- schedules --------------------------------------------------------------------------------------------------------
     def _schedule(self, calls: list[Call], state: RankState) -> list:
@@ -330,6 +314,12 @@ class Communicator:
                 sch.reduce_scatter(c.send, c.recv, c.count)
             ops += sch.ops
         return ops
+
+
+def _writable(buf: Buffer, what: str) -> Buffer:
+    if not buf.array.flags.writeable:
+        raise InvalidArgument(f"{what}: the buffer is read-only")
+    return buf
 
 
 def _check_size(n) -> None:

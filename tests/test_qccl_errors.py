@@ -26,6 +26,12 @@ def test_init_arguments():
         qccl.Communicator.init(4, 4, qccl.get_unique_id())
 
 
+def read_only(a):
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
 BAD_CALLS = [
     ("root out of range", lambda c, x, y: c.broadcast(x, y, root=4), qccl.InvalidArgument,
      r"invalid root 4 \(root should be in the 0..3 range\)"),
@@ -42,6 +48,18 @@ BAD_CALLS = [
     ("partial overlap", lambda c, x, y: c.allreduce(x[:8], x[4:12]), qccl.InvalidArgument, "overlap"),
     ("not an array", lambda c, x, y: c.allreduce([1, 2], y), qccl.InvalidArgument, "numpy array or a torch tensor"),
     ("unknown algo", lambda c, x, y: c.allgather(x[:4], y, algo="tree"), qccl.InvalidArgument, "unknown algorithm"),
+    ("negative peer", lambda c, x, y: c.recv(y, -1), qccl.InvalidArgument, r"invalid peer -1 \(peer should be"),
+    ("root not an integer", lambda c, x, y: c.broadcast(x, y, root=1.0), qccl.InvalidArgument, "invalid root 1.0"),
+    ("broadcast size", lambda c, x, y: c.broadcast(x, y[:3], root=0), qccl.InvalidArgument, "16 elements, recvbuf 3"),
+    ("reduce size at the root", lambda c, x, y: c.reduce(x, y[:3], "sum", root=0), qccl.InvalidArgument,
+     "reduce: sendbuf has 16 elements, recvbuf 3"),
+    ("reduce_scatter dtype", lambda c, x, y: c.reduce_scatter(x, y[:4].view(np.uint32)), qccl.InvalidArgument,
+     "send dtype int32 and recv dtype uint32 differ"),
+    ("int16 allgather", lambda c, x, y: c.allgather(x[:4].astype(np.int16), y.astype(np.int16)),
+     qccl.InvalidArgument, r"allgather: dtype int16 is not supported by transport qlink \(supported: int32, uint32\)"),
+    ("float64 recv", lambda c, x, y: c.recv(y.astype(np.float64), 1), qccl.InvalidArgument, "supported: int32, uint32"),
+    ("read-only recvbuf", lambda c, x, y: c.allreduce(x, read_only(y)), qccl.InvalidArgument, "read-only"),
+    ("read-only recv", lambda c, x, y: c.recv(read_only(y), 2), qccl.InvalidArgument, "recv buf: the buffer is read-only"),
 ]
 
 
@@ -54,6 +72,28 @@ def test_refused_calls_change_nothing(comms, what, call, cls, match):
     assert isinstance(e.value, qccl.QcclError) and e.value.result in (4, 5)
     assert snapshot(comms) == before and not y.any()
     assert run(4, "allreduce", 16, comms=comms, seed=1), "the communicator still works after a refused call"
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "send", "recv",
+                                  "synchronize", "stats"])
+def test_every_call_on_a_destroyed_communicator_is_a_usage_error(kind):
+    comms = qccl.Communicator.init_all(2)
+    comms[1].destroy()
+    x, y = np.zeros(2, np.int32), np.zeros(4, np.int32)
+    call = {"allreduce": lambda c: c.allreduce(x, x), "reduce": lambda c: c.reduce(x, x, root=0),
+            "broadcast": lambda c: c.broadcast(x, x, root=1), "allgather": lambda c: c.allgather(x, y),
+            "reduce_scatter": lambda c: c.reduce_scatter(y, x), "send": lambda c: c.send(x, 0),
+            "recv": lambda c: c.recv(x, 0), "synchronize": lambda c: c.synchronize(), "stats": lambda c: c.stats}[kind]
+    with pytest.raises(qccl.InvalidUsage, match=f"{kind} on a destroyed communicator \\(rank 1\\)"):
+        call(comms[1])
+
+
+def test_numpy_integers_name_roots_and_peers(comms):
+    x = [np.full(3, r + 1, np.int32) for r in range(4)]
+    with qccl.group():
+        for c in comms:
+            c.bcast(x[c.rank], root=np.int64(2))
+    assert all(v.tolist() == [3] * 3 for v in x)
 
 
 def test_bfloat16_tensor_is_refused_naming_supported(comms):
