@@ -213,6 +213,7 @@ class Device:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
         args = tuple(_integer(a, "kernel argument") for a in args)
         program = kernel.program(args, threads)
+        self._check_supported(kernel, program)
         if program.barrier and threads > LANES:
             raise MachineError(f"kernel {kernel.name} uses __syncthreads and threads={threads}: warps run one after "
                                f"another, so a barrier needs threads <= {LANES}")
@@ -226,6 +227,18 @@ class Device:
         self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0}
         self.stats["launches"] += 1
         self._next_warp()
+
+    def _check_supported(self, kernel: Kernel, program: Program) -> None:
+        """A compiled circuit computes a subset of the ALU: refuse a program outside it before anything is fed."""
+        ops = getattr(self.backend, "supported_ops", None)
+        if ops is None:
+            return
+        for index, block in enumerate(program.blocks):
+            if block.op not in ops or block.atomic:
+                what = "atomic blocks" if block.atomic else f"op {block.op}"
+                raise MachineError(f"kernel {kernel.name} block {index} ({block}): the {self.backend_name} backend's "
+                                   f"circuit does not compute {what} yet (it has {', '.join(ops)}); run it on "
+                                   "the interpreter backend")
 
     def _next_warp(self) -> None:
         base, lanes = self._launch["warps"].pop(0)

@@ -58,6 +58,7 @@ class Residual:
     groups: dict[str, Group] = field(default_factory=dict)
     _next: int = 1
     _ballast: dict[int, float] | None = None
+    _free: list = field(default_factory=list)      # groups whose dimensions a later group may take
 
     ONE = 0
 
@@ -67,7 +68,15 @@ class Residual:
         if name in self.groups:
             raise CircuitError(f"group {name} is defined twice")
         slots = tuple(slots)
-        group = Group(name, slots, slots[0] if default is None else default, self._next)
+        default = slots[0] if default is None else default
+        for old in self._free:
+            if old.size == len(slots) and slots.index(default) == 0:
+                # the old group is back at its default, which is the new group's default dimension
+                self._free.remove(old)
+                group = Group(name, slots, default, old.start)
+                self.groups[name] = group
+                return group
+        group = Group(name, slots, default, self._next)
         if group.start + group.size > self.width:
             raise CircuitError(f"group {name} ({group.size} slots) does not fit: {self.width - self._next} of "
                                f"{self.width} residual dimensions are left")
@@ -75,12 +84,22 @@ class Residual:
         self._next += group.size
         return group
 
+    def free(self, group: Group) -> None:
+        """The layers are done with ``group`` and have moved it back to its default slot: reuse its dimensions."""
+        if group.slots.index(group.default) == 0:
+            self._free.append(group)
+
+    @property
+    def used(self) -> int:
+        return self._next
+
     def __getitem__(self, name: str) -> Group:
         return self.groups[name]
 
     def seal(self) -> None:
         """Place the ballast: constants on the unused dimensions so that sum(x^2) = MEAN_SQUARE * width."""
-        hot = 1 + len(self.groups)                  # ONE and one hot slot per group, each HOT^2
+        # ONE and one hot slot per group, each HOT^2 (a group placed on a freed group's dimensions shares its slot)
+        hot = 1 + len({g.dim(g.default) for g in self.groups.values()})
         missing = self.width - hot                  # in units of HOT^2
         free = list(range(self._next, self.width))
         ballast: dict[int, float] = {}

@@ -1,23 +1,25 @@
 """The circuit compiler: the QwenGPU machine as the weights of a stack of Qwen3.5 linear-attention decoder layers.
 
-Stages (each a function below, in order): ``token_features`` (the embedding's one-hot groups), ``context_layer`` (what
-the previous tokens were), ``memory_layer`` (global memory and the host's reads), ``output_groups`` (the prediction),
-then ``seal`` (ballast) and the embedding / output head. The result is a ``Circuit``: named groups, sparse layers and
-the vocabulary maps, which ``qwengpu.circuit.exact`` evaluates exactly and ``qwengpu.circuit.model`` turns into a
-transformers state dict.
+``compile_circuit`` runs the stages in order; each stage module places its heads and units in the layers named in
+LAYERS and documents where its machine part lives:
 
-Where each machine part lives:
-- the token's identity (family, argument nibbles, addresses): embedding groups ``family``, ``nibble0..3``,
-  ``mem_address``, ``read_address``;
-- the previous tokens' families: layer 0, heads ``back1`` / ``back2`` (copies through conv taps 1 and 2);
-- global memory: layer 1, heads ``memory lo`` / ``memory hi``: one GDN head state each, row a = word a as eight
-  one-hot nibbles (lo then hi), written at the hi VAL of every write record (key = the header two tokens back),
-  read by READ a (q = one-hot a from the READ token, at its position for lo and one token later for hi);
-- the prediction: groups ``out_family`` and ``out_nibble0..3``; the output head scores each token by the slots it
-  matches, so the right token wins by one whole slot (LOGIT per slot).
+==== ========================= ============================================================================
+L0   qwengpu.circuit.control   previous tokens' families, current block, current ROM row; distances to the last
+                               EXEC / ROM header (first three tokens); a READ's answer is a VAL
+L1-6 qwengpu.circuit.control   distance chains (three tokens further back per layer); warp base and lane count
+L3                             which lane a record position computes, which lane's register a VAL writes
+L4   qwengpu.circuit.control   the program ROM: ten heads, row = block, each holding one 16-bit word
+L5   qwengpu.circuit.registers the register file (row = lane * 16 + register) and its nonzero flags; operand
+                               and predicate reads; thread index; the op's class
+L6-7 qwengpu.circuit.arithmetic operand adders (register + immediate) for A, B and the store address
+L8   qwengpu.circuit.memory    global memory (row = address), the host's reads, loads
+L9-11 qwengpu.circuit.arithmetic the ALU: add / subtract / compare chain, selection, the lane's activity
+L12  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
+L13-14 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
+==== ========================= ============================================================================
 
-Not compiled yet (the interpreter remains the only backend that runs kernels): ROM, WARP, registers, records and
-the ALU. ``Circuit.supports`` names what this circuit runs, and the circuit and model backends refuse the rest.
+The result is a ``Circuit``: named groups, sparse layers and the vocabulary maps, which ``qwengpu.circuit.exact``
+evaluates exactly and ``qwengpu.circuit.model`` turns into a transformers state dict.
 """
 from __future__ import annotations
 
@@ -26,13 +28,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import tokens as T
-from ..isa import MEMORY_WORDS, SINK
+from ..isa import OPS
 from .basis import HOT, CircuitError, Residual
-from .layers import QWEN35_2B, Layer, Source, Width
+from .layers import QWEN35_2B, Layer, Width
 
 FAMILIES = ("VAL", "MEM", "READ", "EXEC", "ROM", "WARP", "END")
-NIBBLES = 4
+NIBBLES = 4             # nibbles of a token's argument
 LOGIT = 8.0             # output-head weight per matching slot: the right token beats every other by >= LOGIT
+PURPOSES = (
+    "context: previous families, current block, ROM row, distances",
+    "warp header; distance chain", "distance chain", "distance chain; lanes", "program ROM; distance chain",
+    "register file; operands; thread index; op class", "operand adders: digits; distance chain",
+    "operand adders: carries", "memory: writes, host reads, loads", "ALU: digits", "ALU: carries, compare",
+    "ALU: select; lane activity", "lane values; store and branch flags", "record lanes table; write-back order",
+    "write-back records; next EXEC or END",
+)
+LAYERS = len(PURPOSES)
+
+# The ALU ops this circuit computes; a launch whose program uses another op is refused before it starts.
+COMPARES = ("eq", "ne", "lt_s", "le_s", "gt_s", "ge_s", "lt_u", "le_u", "gt_u", "ge_u")
+MINMAX = ("min_s", "max_s", "min_u", "max_u")
+SUPPORTED_OPS = ("a", "b", "add", "sub") + COMPARES + MINMAX
+OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub",
+              **{op: ("compare_signed" if op.endswith("_s") else "compare") for op in COMPARES + MINMAX}}
 
 
 @dataclass
@@ -41,12 +59,8 @@ class Circuit:
     width: Width
     residual: Residual
     layers: list[Layer] = field(default_factory=list)
-    supports: tuple[str, ...] = ("write", "read")
-
-    def layer(self, purpose: str) -> Layer:
-        layer = Layer(len(self.layers), self.width, self.residual, purpose)
-        self.layers.append(layer)
-        return layer
+    supports: tuple[str, ...] = ("write", "read", "launch")
+    supported_ops: tuple[str, ...] = SUPPORTED_OPS
 
     # -- vocabulary ------------------------------------------------------------------------------------------------
     @staticmethod
@@ -54,13 +68,9 @@ class Circuit:
         """The embedding's hot slots for a token (the groups not named stay at their defaults)."""
         family, arg = T.kind(token), T.argument(token)
         arg = 0 if arg is None else arg
-        slots = {"family": family}
+        slots = {"family": family, "nonzero": family == "VAL" and arg != 0}
         for i in range(NIBBLES):
             slots[f"nibble{i}"] = (arg >> (4 * i)) & 15
-        if family == "MEM":
-            slots["mem_address"] = arg
-        if family == "READ":
-            slots["read_address"] = arg
         return slots
 
     @staticmethod
@@ -74,14 +84,17 @@ class Circuit:
 
     def embedding(self) -> np.ndarray:
         """(vocab, hidden) embedding: every row a residual vector with mean(x^2) = 64."""
-        base = np.array(self.residual.vector({}), dtype=np.float32)
-        table = np.tile(base, (T.VOCAB_SIZE, 1))
-        for token in range(T.VOCAB_SIZE):
-            for name, slot in self.token_slots(token).items():
-                group = self.residual[name]
-                if slot != group.default:
-                    table[token, group.dim(group.default)] = 0.0
-                    table[token, group.dim(slot)] = HOT
+        r = self.residual
+        table = np.tile(np.array(r.vector({}), dtype=np.float32), (T.VOCAB_SIZE, 1))
+        rows = np.arange(T.VOCAB_SIZE)
+        columns = {name: [] for name in ("family", "nonzero", *(f"nibble{i}" for i in range(NIBBLES)))}
+        for token in rows:
+            for name, slot in self.token_slots(int(token)).items():
+                columns[name].append(r[name].dim(slot))
+        for name, dims in columns.items():
+            group = r[name]
+            table[rows, group.dim(group.default)] = 0.0
+            table[rows, np.array(dims)] = HOT
         return table
 
     def output_head(self) -> dict:
@@ -92,55 +105,66 @@ class Circuit:
                 head[token, self.residual[name].dim(slot)] = LOGIT
         return head
 
+    def field(self, name: str, value: int) -> list[tuple]:
+        """Conditions that a ROM control field of the current block holds ``value`` (whole nibbles)."""
+        word, nibble, width = FIELDS[name]
+        conditions = [(self.residual[f"rom{word}_{nibble}"], value & 15)]
+        if width == 8:
+            conditions.append((self.residual[f"rom{word}_{nibble + 1}"], value >> 4))
+        return conditions
 
-def token_features(residual: Residual) -> None:
-    residual.group("family", FAMILIES)
-    for i in range(NIBBLES):
-        residual.group(f"nibble{i}", range(16))
-    residual.group("mem_address", (None, *range(MEMORY_WORDS)))
-    residual.group("read_address", (None, *range(MEMORY_WORDS)))
-
-
-def output_groups(residual: Residual) -> None:
-    residual.group("out_family", (None, *FAMILIES))
-    for i in range(NIBBLES):
-        residual.group(f"out_nibble{i}", range(16))
-
-
-def context_layer(circuit: Circuit) -> None:
-    r = circuit.residual
-    back = {tap: r.group(f"back{tap}_family", (None, *FAMILIES)) for tap in (1, 2)}
-    layer = circuit.layer("context: the previous tokens' families")
-    for tap, group in back.items():
-        layer.table(f"back{tap}", key=None, rows={}, values=[Source(r["family"], tap)], when=[], query=None,
-                    outputs={0: (group, {f: f for f in FAMILIES})})
-    # A READ's answer is two VALs: the model writes VAL at the READ and at the token after it.
-    layer.unit("read answer lo is a VAL", [(r["family"], "READ")], [(r["out_family"], "VAL")])
-    layer.unit("read answer hi is a VAL", [(back[1], "READ")], [(r["out_family"], "VAL")])
+    def flag(self, name: str, value: bool) -> tuple:
+        """Condition that a one-bit ROM flag of the current block is ``value``."""
+        bit = FLAG_BITS[name]
+        return (self.residual["rom3_2"], [n for n in range(16) if bool(n & bit) == value])
 
 
-def memory_layer(circuit: Circuit) -> None:
-    r = circuit.residual
-    layer = circuit.layer("memory: write records and the host's reads")
-    rows = {a: a for a in range(MEMORY_WORDS) if a != SINK}       # the sink's key is zero: it stores nothing
-    word = [Source(r[f"nibble{i}"], 1) for i in range(NIBBLES)] + [Source(r[f"nibble{i}"], 0) for i in range(NIBBLES)]
-    write = [(r["back2_family"], "MEM")]                            # the hi VAL of a write record
-    for half, tap in (("lo", 0), ("hi", 1)):
-        offset = 0 if half == "lo" else NIBBLES
-        layer.table(f"memory {half}", key=Source(r["mem_address"], 2), rows=rows, values=word, when=write,
-                    query=[Source(r["read_address"], tap)],
-                    outputs={offset + i: (r[f"out_nibble{i}"], {v: v for v in range(16)}) for i in range(NIBBLES)})
+# Where each control field sits: (word, first nibble, bits), from qwengpu.isa.CONTROL_FIELDS.
+def _field_places() -> tuple[dict, dict]:
+    from ..isa import CONTROL_FIELDS
+    places, flags, shift = {}, {}, 0
+    for name, width in CONTROL_FIELDS:
+        if width == 1:
+            flags[name] = 1 << (shift % 4)
+        else:
+            if shift % 4 or width not in (4, 8):
+                raise CircuitError(f"ROM field {name} does not start on a nibble or is not 4 or 8 bits wide")
+            places[name] = (shift // 16, (shift % 16) // 4, width)
+        shift += width
+    return places, flags
+
+
+FIELDS, FLAG_BITS = _field_places()
+
+
+def op_code(name: str) -> int:
+    return OPS[name][0]
 
 
 def compile_circuit(width: Width = QWEN35_2B) -> Circuit:
     """Compile the machine into a Circuit of the given width (Qwen3.5-2B's by default)."""
-    if width.head_dim < MEMORY_WORDS:
-        raise CircuitError(f"head_dim {width.head_dim}: memory needs one state row per word ({MEMORY_WORDS})")
+    from . import arithmetic, control, memory, records, registers
+    if width.head_dim != 128:
+        raise CircuitError(f"head_dim {width.head_dim}: the layout needs 128 (one state row per memory word)")
     residual = Residual(width.hidden)
-    token_features(residual)
-    output_groups(residual)
     circuit = Circuit(width, residual)
-    context_layer(circuit)
-    memory_layer(circuit)
+    circuit.layers = [Layer(i, width, residual) for i in range(LAYERS)]
+    residual.group("family", FAMILIES)
+    residual.group("nonzero", (False, True))
+    for i in range(NIBBLES):
+        residual.group(f"nibble{i}", range(16))
+    residual.group("out_family", (None, *FAMILIES))
+    for i in range(NIBBLES):
+        residual.group(f"out_nibble{i}", range(16))
+    control.build(circuit)
+    registers.build(circuit)
+    digits = arithmetic.operands(circuit)
+    memory.build(circuit)
+    for group in digits:                # cleared in layer 8, after the memory layer's groups were placed
+        residual.free(group)
+    arithmetic.alu(circuit)
+    records.build(circuit)
     residual.seal()
+    for layer, purpose in zip(circuit.layers, PURPOSES):
+        layer.purpose = purpose
     return circuit

@@ -63,6 +63,7 @@ class CircuitBackend:
         self.circuit = circuit if circuit is not None else compile_circuit(*(() if width is None else (width,)))
         self.width = self.circuit.width
         self.supports = self.circuit.supports
+        self.supported_ops = self.circuit.supported_ops
         self.layers = [_Compiled(layer) for layer in self.circuit.layers]
         self.embedding = self.circuit.embedding().astype(np.float64)
         self.head = _csr(self.circuit.output_head(), (T.VOCAB_SIZE, self.width.hidden))
@@ -128,14 +129,16 @@ class CircuitBackend:
         out = np.zeros(kd)
         for head in range(len(layer.heads)):
             s = slice(head * d, (head + 1) * d)
-            qh = _dyadic(_l2norm(q[s], d), "q")           # l2norm, then / sqrt(dk), as one exact division
-            kh, vh = _dyadic(_l2norm(k[s], 1), "k"), v[s]
+            kh, vh = _dyadic(_l2norm(k[s]), "k"), v[s]
             if layer.decays[head] != -np.inf:
                 states[head] *= _decay(a[head], layer.decays[head])
             state = states[head]
             delta = (vh - state.T @ kh) * beta[head]
             state += np.outer(kh, delta)
-            o = state.T @ qh
+            # l2norm(q) / sqrt(dk) as one division, so a two-hot q reads exactly; a q that meets only empty rows
+            # reads exactly zero whatever its scale
+            read = state.T @ q[s]
+            o = _dyadic(read / np.sqrt(float(q[s] @ q[s]) * d), "head read") if read.any() else read
             out[s] = _gated_norm(o, "head output") * z[s]
         x = x + layer.out @ out
         self._check(x, "after the mixer")
@@ -194,11 +197,9 @@ def _dyadic(x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def _l2norm(x: np.ndarray, scale: int) -> np.ndarray:
+def _l2norm(x: np.ndarray) -> np.ndarray:
     total = float(x @ x)
-    if total == 0:
-        return x
-    return x / np.sqrt(total * scale)
+    return x if total == 0 else x / np.sqrt(total)
 
 
 def _gated_norm(o: np.ndarray, what: str) -> np.ndarray:

@@ -107,35 +107,42 @@ class Layer:
     def _source_dim(source: Source, slot) -> int:
         return Residual.ONE if source.group is None else source.group.dim(slot)
 
-    def table(self, name: str, *, key: Source | None, rows: dict, values: list[Source], when: list[tuple],
-              query: list[Source] | None, query_rows: dict | None = None, outputs: dict | None = None,
+    def _conjunction(self, channel: int, conditions: list[tuple], tap: int) -> None:
+        """A q/k channel that is CHANNEL when every (group, slot-or-slots) condition holds at ``tap``, else 0."""
+        for group, slots in conditions:
+            for slot in _slots(slots):
+                self.qkv[channel, group.dim(slot)] = self.qkv.get((channel, group.dim(slot)), 0.0) + GATE_STEP
+        self.qkv[channel, Residual.ONE] = self.qkv.get((channel, Residual.ONE), 0.0) + \
+            CHANNEL - GATE_STEP * len(conditions)
+        taps = self.conv.setdefault(channel, [0.0] * self.width.conv)
+        if any(t != 0.0 for i, t in enumerate(taps) if i != 3 - tap):
+            raise CircuitError(f"layer {self.index}: channel {channel} reads two taps")
+        taps[3 - tap] = 1.0
+
+    def table(self, name: str, *, writes: list[tuple[int, list]] | None, key_tap: int = 0, values: list[Source],
+              when: list[tuple], reads: list[tuple[int, list, int]] | None, outputs: dict | None = None,
               reset_when: list[tuple] | None = None) -> int:
         """One GDN head used as a keyed table.
 
-        key/rows: the source whose slot names the row written (rows maps slot -> row; a slot not in rows writes
-        nothing); key None: always row 0. values: one-hot sources stored in the row, in order (channels follow each
-        other). when: conjunction of (group, slot-or-slots) on the current token that enables the write.
-        query / query_rows: sources (one is live at a time) whose slot names the row read; None: row 0, always read.
-        outputs: index into values -> (dst group, {source slot: dst slot}): what was read, moved into the residual.
-        reset_when: conjunction that zeroes the whole state before this token's write (decay exp(-128) = 0).
+        writes: (row, conditions) pairs: the row whose conditions hold at ``key_tap`` is the one written (none: no
+        write); None: always row 0. values: one-hot sources stored in the row, channel after channel. when: the
+        conjunction on the current token that enables the write (beta = 1, else 0). reads: (row, conditions, tap)
+        triples: the row read (none live: nothing read); None: always row 0. outputs: index into values -> (dst
+        group, {source slot: dst slot}): what was read, moved into the residual. reset_when: conjunction that zeroes
+        the whole state before this token's write (decay exp(-128) = 0).
         """
         d = self.width.head_dim
         head = self._head(name)
         dummy = d - 1                                       # never written: q = e_row + e_dummy stays dyadic
-        # key
-        if key is None:
-            self._project(self._channel("k", head, 0), Source(None), [(Residual.ONE, CHANNEL)])
-        else:
-            for slot, row in rows.items():
-                if row >= dummy:
-                    raise CircuitError(f"{name}: row {row} is outside 0..{dummy - 1}")
-                self._project(self._channel("k", head, row), key, [(key.group.dim(slot), CHANNEL)])
-        # values, padded with constant channels to a hot count whose norm is a power of two
+        for row, conditions in (writes if writes is not None else [(0, [])]):
+            if not 0 <= row < dummy:
+                raise CircuitError(f"{name}: row {row} is outside 0..{dummy - 1}")
+            self._conjunction(self._channel("k", head, row), conditions, key_tap)
         channel = 0
         for source in values:
-            slots = [None] if source.group is None else list(source.group.slots)
-            for slot in slots:
-                self._project(self._channel("v", head, channel), source, [(self._source_dim(source, slot), V_CHANNEL)])
+            for slot in ([None] if source.group is None else source.group.slots):
+                self._project(self._channel("v", head, channel), source,
+                              [(self._source_dim(source, slot), V_CHANNEL)])
                 channel += 1
         hot = len(values)
         target = next((m for m in ALLOWED_HOT if m >= hot), None)
@@ -145,22 +152,13 @@ class Layer:
         for _ in range(target - hot):
             self._project(self._channel("v", head, channel), Source(None, tap), [(Residual.ONE, V_CHANNEL)])
             channel += 1
-        # write gate
         self._logit(self.b, head, when, BETA_LOGIT)
         if reset_when is not None:
             self.a_log[head] = 0.0
             self._logit(self.a, head, reset_when, DECAY_LOGIT)
-        # query: the row's channel plus the dummy, both live exactly when one query slot is
-        if query is None:
-            for i in (0, dummy):
-                self._project(self._channel("q", head, i), Source(None), [(Residual.ONE, CHANNEL)])
-        else:
-            live = query_rows if query_rows is not None else rows
-            for source in query:
-                for slot, row in live.items():
-                    self._add_q(head, row, source, slot)
-                    self._add_q(head, dummy, source, slot)
-        # gated-norm gate and the output projection
+        self._conjunction(self._channel("q", head, dummy), [], 0)
+        for row, conditions, tap in (reads if reads is not None else [(0, [], 0)]):
+            self._conjunction(self._channel("q", head, row), conditions, tap)
         for j in range(d):
             self.z[head * d + j, Residual.ONE] = Z_GATE
         scale = HOT / (Z_GATE * (d / target) ** 0.5)
@@ -173,21 +171,13 @@ class Layer:
             channel += 1 if source.group is None else source.group.size
         return head
 
-    def _add_q(self, head: int, row: int, source: Source, slot) -> None:
-        channel = self._channel("q", head, row)
-        dim = source.group.dim(slot)
-        self.qkv[channel, dim] = self.qkv.get((channel, dim), 0.0) + CHANNEL
-        taps = self.conv.setdefault(channel, [0.0] * self.width.conv)
-        taps[3 - source.tap] = 1.0
-
     def _logit(self, target: dict, head: int, conditions: list[tuple], magnitude: float) -> None:
         """+magnitude when every condition holds, <= -magnitude otherwise (2 * magnitude per condition)."""
         if not conditions:
             target[head, Residual.ONE] = magnitude
             return
         for group, slots in conditions:
-            slots = slots if isinstance(slots, (list, tuple, set, frozenset)) else [slots]
-            for slot in slots:
+            for slot in _slots(slots):
                 target[head, group.dim(slot)] = target.get((head, group.dim(slot)), 0.0) + 2 * magnitude
         target[head, Residual.ONE] = target.get((head, Residual.ONE), 0.0) - (2 * magnitude * len(conditions)
                                                                                - magnitude)
@@ -201,8 +191,7 @@ class Layer:
         u = len(self.units)
         self.units.append(name)
         for group, slots in conditions:
-            slots = slots if isinstance(slots, (list, tuple, set, frozenset)) else [slots]
-            for slot in slots:
+            for slot in _slots(slots):
                 self.gate[u, group.dim(slot)] = self.gate.get((u, group.dim(slot)), 0.0) + GATE_STEP
         self.gate[u, Residual.ONE] = GATE_ON - GATE_STEP * len(conditions)
         self.up[u, Residual.ONE] = 1.0
@@ -220,6 +209,11 @@ class Layer:
         for slot, sign in ((to, 1.0), (source, -1.0)):
             key = (group.dim(slot), column)
             target[key] = target.get(key, 0.0) + sign * scale
+
+
+def _slots(slots) -> list:
+    """A condition's slots: one slot, or any of several (a list, tuple, set or range)."""
+    return list(slots) if isinstance(slots, (list, tuple, set, frozenset, range)) else [slots]
 
 
 def dense(entries: dict, shape: tuple[int, int]):

@@ -109,7 +109,7 @@ def vocabulary(circuit: Circuit) -> dict:
     """What each token id means (qwengpu.tokens) and where the circuit keeps each group in the residual."""
     families = {name: {"first": base, "count": count} for name, base, count in T._FAMILIES}
     return {"vocab_size": T.VOCAB_SIZE, "families": families, "grammar": T.__doc__,
-            "supports": list(circuit.supports), "residual": circuit.residual.describe(),
+            "supports": list(circuit.supports), "supported_ops": list(circuit.supported_ops), "residual": circuit.residual.describe(),
             "layers": [layer.purpose for layer in circuit.layers]}
 
 
@@ -127,11 +127,12 @@ class ModelBackend:
             from transformers import AutoModelForCausalLM
             self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).to(device)
             self.model.eval()
-            self.supports = tuple(json.loads((Path(checkpoint) / VOCAB_FILE).read_text())["supports"])
+            description = json.loads((Path(checkpoint) / VOCAB_FILE).read_text())
+            self.supports, self.supported_ops = tuple(description["supports"]), tuple(description["supported_ops"])
         else:
             circuit = circuit if circuit is not None else compile_circuit(*(() if width is None else (width,)))
             self.model = build_model(circuit, dtype, device)
-            self.supports = circuit.supports
+            self.supports, self.supported_ops = circuit.supports, circuit.supported_ops
         self.torch, self.device, self.trace = torch, device, trace
         self.residuals: list[np.ndarray] = []
         if trace:

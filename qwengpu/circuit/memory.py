@@ -1,0 +1,52 @@
+"""Global memory (layer 8): three replicated heads whose state rows are the 127 memory words.
+
+A word is stored as eight one-hot nibbles (lo then hi: 128 channels, 8 hot), written at the hi VAL of every write
+record (host copy, a kernel's store, a peer's packet): the key is the header two tokens back (conv tap 2), the value
+the lo VAL one back and the hi VAL now. The sink's key is zero, so a routed store writes nothing. A row never
+written reads as zero, the word 0.
+
+- ``memory lo`` / ``memory hi`` answer the host's READ a: the model writes the lo VAL at the READ (q from tap 0) and
+  the hi VAL one token later (q from tap 1).
+- ``memory load`` reads the word at A (its low 7 bits) for a block that loads, and the MLP replaces A by it.
+"""
+from __future__ import annotations
+
+from ..isa import MEMORY_WORDS, SINK
+from .compiler import NIBBLES, Circuit
+from .layers import Source
+from .registers import WORD
+
+
+def build(circuit: Circuit) -> None:
+    r = circuit.residual
+    layer = circuit.layers[8]
+    nibble = [r[f"nibble{i}"] for i in range(NIBBLES)]
+    family, distance = r["family"], r["distance"]
+
+    def address(a, groups, extra=()):
+        return list(extra) + [(groups[0], a & 15), (groups[1], a >> 4)]
+
+    writes = [(a, address(a, nibble, [(family, "MEM")])) for a in range(MEMORY_WORDS) if a != SINK]
+    value = [Source(g, 1) for g in nibble] + [Source(g, 0) for g in nibble]
+    when = [(r["back2_family"], "MEM")]
+    for half, tap in (("lo", 0), ("hi", 1)):
+        offset = 0 if half == "lo" else NIBBLES
+        layer.table(f"memory {half}", writes=writes, key_tap=2, values=value, when=when,
+                    reads=[(a, address(a, nibble, [(family, "READ")]), tap) for a in range(SINK)],
+                    outputs={offset + i: (r[f"out_nibble{i}"], {v: v for v in range(16)}) for i in range(NIBBLES)})
+    # loads: A's low 7 bits name the word (bit 7 is ignored: a valid address is below 127)
+    a = [r[f"a{i}"] for i in range(WORD)]
+    loads = [circuit.flag("load", True), (distance, list(range(8)))]
+    loaded = [r.group(f"loaded{i}", range(16)) for i in range(WORD)]
+    reads = [(w, loads + [(a[0], w & 15), (a[1], [w >> 4, (w >> 4) | 8])], 0) for w in range(SINK)]
+    layer.table("memory load", writes=writes, key_tap=2, values=value, when=when, reads=reads,
+                outputs={i: (loaded[i], {v: v for v in range(16)}) for i in range(WORD)})
+    for i in range(WORD):
+        for old in range(16):
+            for new in range(16):
+                moves = [(a[i], new, old)] + ([(loaded[i], 0, new)] if new else [])
+                if old == new and not new:
+                    continue
+                layer.unit(f"A = loaded word nibble {i}", loads + [(a[i], old), (loaded[i], new)], moves)
+    for group in loaded:
+        r.free(group)
