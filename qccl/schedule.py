@@ -87,13 +87,7 @@ class Scheduler:
         stage = self.heap.staging
         if local is not None:
             self.ops.append(Write(stage, local.buf, local.start, k))
-        rs = self.state.received.get(ch.name, 0) if recv else 0
-        ss = self.state.sent.get(ch.name, 0) if send else 0
-        flags = {}
-        if recv:
-            flags.update(rtail=ch.tail, rwait=rs + 1, rslot=ch.slot(rs), shead=ch.head, rpost=rs + 1)
-        if send:
-            flags.update(rhead=ch.head, swait=ss + 1 - ch.slots, sslot=ch.slot(ss), stail=ch.tail, spost=ss + 1)
+        rs, ss, flags = self._flags(ch, recv, send)
         computed = local is not None and (reduce or not recv)          # the result is made on this device
         device_copy = computed and out is not None and (reduce or (not send and not recv))
         device_copy = device_copy or y is not None
@@ -101,8 +95,7 @@ class Scheduler:
         mode |= COPY if device_copy else 0
         if reduce:
             mode |= self._op_bits(final)
-        data = dict(flags)
-        data.update(spost=0, rpost=0)
+        data = dict(flags, spost=0, rpost=0)
         if mode & (SEND | COPY):
             for g in range(0, k, LANES):
                 m = min(LANES, k - g)
@@ -121,6 +114,21 @@ class Scheduler:
             self._prim(POST | (RECV if recv else 0) | (SEND if send else 0), 1, 1, note=note, **flags)
         if computed and out is not None and y is None:
             self.ops.append(Read(stage, out.buf, out.start, k))
+        self._advance(ch, recv, send, rs, ss)
+
+    def _flags(self, ch: Channel | None, recv: bool, send: bool) -> tuple[int, int, dict]:
+        """The chunk counters of a step on ``ch`` and the flag arguments of its launches (prim.cu): wait for the
+        previous rank's tail / the next rank's head, the slots, and the values POST stores."""
+        rs = self.state.received.get(ch.name, 0) if recv else 0
+        ss = self.state.sent.get(ch.name, 0) if send else 0
+        flags = {}
+        if recv:
+            flags.update(rtail=ch.tail, rwait=rs + 1, rslot=ch.slot(rs), shead=ch.head, rpost=rs + 1)
+        if send:
+            flags.update(rhead=ch.head, swait=ss + 1 - ch.slots, sslot=ch.slot(ss), stail=ch.tail, spost=ss + 1)
+        return rs, ss, flags
+
+    def _advance(self, ch: Channel | None, recv: bool, send: bool, rs: int, ss: int) -> None:
         if recv:
             self.state.received[ch.name] = rs + 1
         if send:
@@ -146,107 +154,115 @@ class Scheduler:
         return mask
 
     # -- collectives ------------------------------------------------------------------------------------------------
-    def _ring_step(self, step: S.Step, local: Piece | None, out: Piece | None, final: bool, note: str):
+    def _ring_step(self, step: S.Step, local: Piece | None, out: Piece | None, final: bool, note: str,
+                   y: int | None = None):
         p = step.prim
         self.step(self.heap.ring, recv=p.recv, send=p.send, local=local if p.local else None, reduce=p.reduce,
-                  out=out if p.copy else None, final=final and p.copy, note=f"{note} {p}")
+                  out=out if p.copy else None, final=final and p.copy, note=f"{note} {p}",
+                  y=y if p.copy else None)
+
+    def _one_rank(self, send: Buffer, recv: Buffer, count: int) -> bool:
+        """One rank: every collective is a copy on the device (none when in place). True when that is the case."""
+        if self.nranks > 1:
+            return False
+        if send.ptr != recv.ptr:
+            self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
+        return True
+
+    @staticmethod
+    def _chunks(count: int, per: int):
+        """(offset, words) of each chunk of ``per`` words."""
+        for off in range(0, count, per):
+            yield off, min(per, count - off)
+
+    def _rounds(self, count: int, per: int):
+        """A ring-split collective (runRing's AllReduce shape) works in rounds of up to n x ``per`` elements, each cut
+        into n blocks of k = ceil(m / n): yields (round offset, round size m, k)."""
+        for off, m in self._chunks(count, self.nranks * per):
+            yield off, m, -(-m // self.nranks)
+
+    @staticmethod
+    def _block(b: int, off: int, m: int, k: int) -> tuple[int, int]:
+        """[lo, hi) of block b of a round (a short round leaves its last blocks empty)."""
+        return off + min(b * k, m), off + min((b + 1) * k, m)
+
+    def _blocks(self, order, off: int, m: int, k: int):
+        """(step, lo, hi) for each step of ``order`` (qccl.steps) whose block is not empty."""
+        for st in order(self.rank, self.nranks):
+            lo, hi = self._block(st.block, off, m, k)
+            if hi > lo:
+                yield st, lo, hi
 
     def allreduce(self, send: Buffer, recv: Buffer, count: int, algo: str = "ring") -> None:
-        n = self.nranks
-        if n == 1:
-            if send.ptr != recv.ptr:
-                self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
+        if self._one_rank(send, recv, count):
             return
         if algo == "multicast":
             return self._allreduce_multicast(send, recv, count)
-        per = self.heap.ring.slot_words
-        for off in range(0, count, n * per):
-            m = min(count - off, n * per)
-            k = -(-m // n)
-            for st in S.all_reduce(self.rank, n):
-                lo = off + min(st.block * k, m)
-                hi = off + min((st.block + 1) * k, m)
-                if hi <= lo:
-                    continue
+        for off, m, k in self._rounds(count, self.heap.ring.slot_words):
+            for st, lo, hi in self._blocks(S.all_reduce, off, m, k):
                 self._ring_step(st, Piece(send, lo, hi - lo), Piece(recv, lo, hi - lo), True, "allreduce")
 
     def reduce_scatter(self, send: Buffer, recv: Buffer, rc: int) -> None:
-        n = self.nranks
-        if n == 1:
-            if send.ptr != recv.ptr:
-                self.local_copy(Piece(send, 0, rc), Piece(recv, 0, rc))
+        if self._one_rank(send, recv, rc):
             return
-        per = self.heap.ring.slot_words
-        for off in range(0, rc, per):
-            k = min(per, rc - off)
-            for st in S.reduce_scatter(self.rank, n):
+        for off, k in self._chunks(rc, self.heap.ring.slot_words):
+            for st in S.reduce_scatter(self.rank, self.nranks):
                 self._ring_step(st, Piece(send, st.block * rc + off, k), Piece(recv, off, k), True, "reduce_scatter")
 
     def allgather(self, send: Buffer, recv: Buffer, sc: int, algo: str = "ring") -> None:
-        n = self.nranks
-        if n == 1:
-            if send.ptr != recv.ptr:
-                self.local_copy(Piece(send, 0, sc), Piece(recv, 0, sc))
+        if self._one_rank(send, recv, sc):
             return
         if algo == "multicast":
             return self._allgather_multicast(send, recv, sc)
-        per = self.heap.ring.slot_words
-        for off in range(0, sc, per):
-            k = min(per, sc - off)
-            for st in S.all_gather(self.rank, n):
+        for off, k in self._chunks(sc, self.heap.ring.slot_words):
+            for st in S.all_gather(self.rank, self.nranks):
                 self._ring_step(st, Piece(send, off, k), Piece(recv, st.block * sc + off, k), False, "allgather")
 
     def broadcast(self, send: Buffer | None, recv: Buffer, count: int, root: int, algo: str = "ring") -> None:
-        n = self.nranks
-        if n == 1:
-            if send.ptr != recv.ptr:
-                self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
+        if self._one_rank(send, recv, count):
             return
         if algo == "multicast":
             return self._broadcast_multicast(send, recv, count, root)
-        prim = S.broadcast(self.rank, n, root)
+        prim = S.broadcast(self.rank, self.nranks, root)
         in_place = self.rank == root and send.ptr == recv.ptr
-        per = self.heap.ring.slot_words
-        for off in range(0, count, per):
-            k = min(per, count - off)
+        for off, k in self._chunks(count, self.heap.ring.slot_words):
             local = Piece(send, off, k) if prim.local else None
             out = None if in_place else Piece(recv, off, k)
             self.step(self.heap.ring, recv=prim.recv, send=prim.send, local=local, reduce=False, out=out,
                       note=f"broadcast {prim}")
 
     def reduce(self, send: Buffer, recv: Buffer | None, count: int, root: int) -> None:
-        n = self.nranks
-        if n == 1:
-            if send.ptr != recv.ptr:
-                self.local_copy(Piece(send, 0, count), Piece(recv, 0, count))
+        if self._one_rank(send, recv, count):
             return
-        prim = S.reduce(self.rank, n, root)
-        per = self.heap.ring.slot_words
-        for off in range(0, count, per):
-            k = min(per, count - off)
+        prim = S.reduce(self.rank, self.nranks, root)
+        for off, k in self._chunks(count, self.heap.ring.slot_words):
             out = Piece(recv, off, k) if prim.copy else None
             self.step(self.heap.ring, recv=prim.recv, send=prim.send, local=Piece(send, off, k), reduce=prim.reduce,
                       out=out, final=prim.copy, note=f"reduce {prim}")
 
     # -- multicast ----------------------------------------------------------------------------------------------------
+    def _mc_store(self, at: int, k: int, seq: int, note: str) -> None:
+        """Store k words from ``at`` back to ``at`` in the window: they land locally and at every peer. The first
+        launch of a round waits, once, until the peers are done with the window's previous round."""
+        st = self.state
+        for g in range(0, k, LANES):
+            mode = MC_STORE
+            if g == 0 and st.mc_seen < seq - 1:             # the peers have read this window's last round
+                mode |= MC_PRE_WAIT
+                st.mc_seen = seq - 1
+            self._mc(mode, min(LANES, k - g), x=at + g, win=at + g, mask=self._peers_mask(), wait=seq - 1,
+                     note=note)
+
     def _allgather_multicast(self, send: Buffer, recv: Buffer, sc: int) -> None:
         n, mc, st = self.nranks, self.heap.multicast, self.state
-        per = mc.window_words // n
-        peers = self._peers_mask()
-        for off in range(0, sc, per):
-            kk = min(per, sc - off)
+        for off, kk in self._chunks(sc, mc.window_words // n):
             seq = st.mc_seq + 1
             win = mc.window(seq)
             own = win + self.rank * kk
             self.ops.append(Write(own, send, off, kk))
-            for g in range(0, kk, LANES):
-                m = min(LANES, kk - g)
-                mode = MC_STORE
-                if g == 0 and st.mc_seen < seq - 1:             # the peers have read this window's last round
-                    mode |= MC_PRE_WAIT
-                    st.mc_seen = seq - 1
-                self._mc(mode, m, x=own + g, win=own + g, mask=peers, wait=seq - 1, note="allgather multicast store")
-            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=peers, wait=seq, note="allgather multicast flags")
+            self._mc_store(own, kk, seq, "allgather multicast store")
+            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=self._peers_mask(), wait=seq,
+                     note="allgather multicast flags")
             st.mc_seen = seq
             for b in range(n):
                 self.ops.append(Read(win + b * kk, recv, b * sc + off, kk))
@@ -257,48 +273,31 @@ class Scheduler:
         multicast window, so every rank gets it from one store: NVLS-style, the fabric still adds nothing."""
         n, mc, st = self.nranks, self.heap.multicast, self.state
         per = min(self.heap.ring.slot_words, mc.window_words // n)
-        peers = self._peers_mask()
-        for off in range(0, count, n * per):
-            m = min(count - off, n * per)
-            k = -(-m // n)
+        for off, m, k in self._rounds(count, per):
             seq = st.mc_seq + 1
             win = mc.window(seq)
-            for step in S.reduce_scatter(self.rank, n):
-                lo = off + min(step.block * k, m)
-                hi = off + min((step.block + 1) * k, m)
-                if hi <= lo:
-                    continue
-                p = step.prim
-                # every rank's data of this round is in the reduced block: the peers are past their reads of the
-                # window's last round (the same parity, two rounds ago), so the store may land
-                self.step(self.heap.ring, recv=p.recv, send=p.send, local=Piece(send, lo, hi - lo), reduce=p.reduce,
-                          out=Piece(recv, lo, hi - lo) if p.copy else None, final=p.copy,
-                          note=f"allreduce multicast {p}", y=win + step.block * k if p.copy else None)
-            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=peers, wait=seq, note="allreduce multicast flags")
+            # every rank's data of this round is in the reduced block: the peers are past their reads of the
+            # window's last round (the same parity, two rounds ago), so the store may land
+            for step, lo, hi in self._blocks(S.reduce_scatter, off, m, k):
+                self._ring_step(step, Piece(send, lo, hi - lo), Piece(recv, lo, hi - lo), True,
+                                "allreduce multicast", y=win + lo - off)
+            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=self._peers_mask(), wait=seq,
+                     note="allreduce multicast flags")
             st.mc_seen = seq
             for b in range(n):
-                lo, hi = min(b * k, m), min((b + 1) * k, m)
+                lo, hi = self._block(b, off, m, k)
                 if hi > lo:
-                    self.ops.append(Read(win + lo, recv, off + lo, hi - lo))
+                    self.ops.append(Read(win + lo - off, recv, lo, hi - lo))
             st.mc_seq = seq
 
     def _broadcast_multicast(self, send: Buffer | None, recv: Buffer, count: int, root: int) -> None:
         mc, st = self.heap.multicast, self.state
-        peers = self._peers_mask()
-        for off in range(0, count, mc.window_words):
-            k = min(mc.window_words, count - off)
+        for off, k in self._chunks(count, mc.window_words):
             seq = st.mc_seq + 1
             win = mc.window(seq)
             if self.rank == root:
                 self.ops.append(Write(win, send, off, k))
-                for g in range(0, k, LANES):
-                    m = min(LANES, k - g)
-                    mode = MC_STORE
-                    if g == 0 and st.mc_seen < seq - 1:
-                        mode |= MC_PRE_WAIT
-                        st.mc_seen = seq - 1
-                    self._mc(mode, m, x=win + g, win=win + g, mask=peers, wait=seq - 1,
-                             note="broadcast multicast store")
+                self._mc_store(win, k, seq, "broadcast multicast store")
                 self._mc(MC_POST, 1, seq=seq, note="broadcast multicast flag")
                 if send.ptr != recv.ptr:
                     self.ops.append(Read(win, recv, off, k))
@@ -334,15 +333,8 @@ class Scheduler:
     def _p2p_step(self, ch: Channel, sp: Piece | None, rp: Piece | None, d: int) -> None:
         stage = self.heap.staging
         recv, send = rp is not None, sp is not None
-        rs = self.state.received.get(ch.name, 0)
-        ss = self.state.sent.get(ch.name, 0)
-        flags = {}
-        if recv:
-            flags.update(rtail=ch.tail, rwait=rs + 1, rslot=ch.slot(rs), shead=ch.head, rpost=rs + 1)
-        if send:
-            flags.update(rhead=ch.head, swait=ss + 1 - ch.slots, sslot=ch.slot(ss), stail=ch.tail, spost=ss + 1)
-        data = dict(flags)
-        data.update(spost=0, rpost=0)
+        rs, ss, flags = self._flags(ch, recv, send)
+        data = dict(flags, spost=0, rpost=0)
         note = f"sendrecv d={d}" + (" recv" if recv else "") + (" send" if send else "")
         if send:
             self.ops.append(Write(stage, sp.buf, sp.start, sp.count))
@@ -357,7 +349,4 @@ class Scheduler:
         if recv:
             self.ops.append(Read(ch.slot(rs), rp.buf, rp.start, rp.count))
         self._prim(POST | (RECV if recv else 0) | (SEND if send else 0), 1, 1, note=note, **flags)
-        if recv:
-            self.state.received[ch.name] = rs + 1
-        if send:
-            self.state.sent[ch.name] = ss + 1
+        self._advance(ch, recv, send, rs, ss)

@@ -46,63 +46,53 @@ class Step:
         return f"{self.prim}({self.block})" if self.block is not None else str(self.prim)
 
 
+def _reduce_phase(rank: int, n: int) -> list[Step]:
+    """send(r-1); recvReduceSend(r-j) for j=2..n-1: block r is one step from reduced when it reaches rank r."""
+    return [Step(SEND, (rank - 1) % n)] + [Step(RECV_REDUCE_SEND, (rank - j) % n) for j in range(2, n)]
+
+
+def _gather_phase(rank: int, n: int) -> list[Step]:
+    """recvCopySend(r-j) for j=1..n-2; recv(r+1): the final blocks go round once."""
+    return [Step(RECV_COPY_SEND, (rank - j) % n) for j in range(1, n - 1)] + [Step(RECV, (rank + 1) % n)]
+
+
 def all_reduce(rank: int, nranks: int) -> list[Step]:
     """send(r-1); recvReduceSend(r-j) for j=2..n-1; recvReduceCopySend(r); recvCopySend(r-j) for j=1..n-2; recv(r+1)."""
-    n = nranks
-    if n == 1:
+    if nranks == 1:
         return [Step(LOCAL_COPY, 0)]
-    steps = [Step(SEND, (rank - 1) % n)]
-    steps += [Step(RECV_REDUCE_SEND, (rank - j) % n) for j in range(2, n)]
-    steps.append(Step(RECV_REDUCE_COPY_SEND, rank % n))
-    steps += [Step(RECV_COPY_SEND, (rank - j) % n) for j in range(1, n - 1)]
-    steps.append(Step(RECV, (rank + 1) % n))
-    return steps
+    return _reduce_phase(rank, nranks) + [Step(RECV_REDUCE_COPY_SEND, rank)] + _gather_phase(rank, nranks)
 
 
 def reduce_scatter(rank: int, nranks: int) -> list[Step]:
     """send(r-1); recvReduceSend(r-j) for j=2..n-1; recvReduceCopy(r): rank r ends with block r reduced."""
-    n = nranks
-    if n == 1:
+    if nranks == 1:
         return [Step(LOCAL_COPY, 0)]
-    steps = [Step(SEND, (rank - 1) % n)]
-    steps += [Step(RECV_REDUCE_SEND, (rank - j) % n) for j in range(2, n)]
-    steps.append(Step(RECV_REDUCE_COPY, rank % n))
-    return steps
+    return _reduce_phase(rank, nranks) + [Step(RECV_REDUCE_COPY, rank)]
 
 
 def all_gather(rank: int, nranks: int) -> list[Step]:
     """copySend(r); recvCopySend(r-j) for j=1..n-2; recv(r+1)."""
-    n = nranks
-    if n == 1:
+    if nranks == 1:
         return [Step(LOCAL_COPY, 0)]
-    steps = [Step(COPY_SEND, rank % n)]
-    steps += [Step(RECV_COPY_SEND, (rank - j) % n) for j in range(1, n - 1)]
-    steps.append(Step(RECV, (rank + 1) % n))
-    return steps
+    return [Step(COPY_SEND, rank)] + _gather_phase(rank, nranks)
+
+
+def _chain(rank: int, n: int, first: int, head: Prim, middle: Prim, last: Prim) -> Prim:
+    """A pipelined collective is a chain round the ring from rank ``first``: its head, the middle ranks, its last."""
+    if n == 1:
+        return LOCAL_COPY
+    at = (rank - first) % n
+    return head if at == 0 else last if at == n - 1 else middle
 
 
 def broadcast(rank: int, nranks: int, root: int) -> Prim:
     """The root copySends, the rank before the root receives, the others recvCopySend (applied to every chunk)."""
-    n = nranks
-    if n == 1:
-        return LOCAL_COPY
-    if rank == root:
-        return COPY_SEND
-    if (rank + 1) % n == root:
-        return RECV
-    return RECV_COPY_SEND
+    return _chain(rank, nranks, root, COPY_SEND, RECV_COPY_SEND, RECV)
 
 
 def reduce(rank: int, nranks: int, root: int) -> Prim:
     """The rank after the root sends, the root recvReduceCopies, the others recvReduceSend (every chunk)."""
-    n = nranks
-    if n == 1:
-        return LOCAL_COPY
-    if rank == root:
-        return RECV_REDUCE_COPY
-    if (root + 1) % n == rank:
-        return SEND
-    return RECV_REDUCE_SEND
+    return _chain(rank, nranks, root + 1, SEND, RECV_REDUCE_SEND, RECV_REDUCE_COPY)
 
 
 def send_recv_rounds(nranks: int) -> list[int]:

@@ -8,16 +8,20 @@ import numpy as np
 from .errors import InvalidArgument
 
 
-class RedOp(IntEnum):
+class _Named(IntEnum):
+    """NCCL's number; printed as its lower-case name."""
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class RedOp(_Named):
     """ncclRedOp_t."""
     SUM = 0
     PROD = 1
     MAX = 2
     MIN = 3
     AVG = 4
-
-    def __str__(self) -> str:
-        return self.name.lower()
 
 
 SUM, PROD, MAX, MIN, AVG = RedOp.SUM, RedOp.PROD, RedOp.MAX, RedOp.MIN, RedOp.AVG
@@ -39,7 +43,7 @@ def red_op(op) -> RedOp:
     raise InvalidArgument(f"invalid reduction op {op!r} (ops are sum, prod, max, min, avg)")
 
 
-class DataType(IntEnum):
+class DataType(_Named):
     """ncclDataType_t."""
     INT8 = 0
     UINT8 = 1
@@ -53,9 +57,6 @@ class DataType(IntEnum):
     BFLOAT16 = 9
     FLOAT8E4M3 = 10
     FLOAT8E5M2 = 11
-
-    def __str__(self) -> str:
-        return self.name.lower()
 
 
 _NUMPY = {"int8": DataType.INT8, "uint8": DataType.UINT8, "int32": DataType.INT32, "uint32": DataType.UINT32,
