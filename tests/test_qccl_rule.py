@@ -12,20 +12,30 @@ from qccl.transport import Launch, Read, Write
 from qwengpu import isa
 
 
-@pytest.mark.parametrize("algo", ["ring", "multicast"])
-def test_sums_come_from_the_machine(monkeypatch, algo):
+@pytest.mark.parametrize("kind,algo", [("allreduce", "ring"), ("allreduce", "multicast"), ("reduce_scatter", "ring"),
+                                       ("reduce", "ring")])
+def test_sums_come_from_the_machine(monkeypatch, kind, algo):
     monkeypatch.setitem(isa.OPS, "add", (isa.OPS["add"][0], lambda a, b: a ^ b))
-    n = 4
+    n, count = 4, 37
     comms = qccl.Communicator.init_all(n)
     rng = np.random.default_rng(9)
-    x = [rng.integers(-2**31, 2**31, 37, dtype=np.int64).astype(np.int32) for _ in range(n)]
-    y = [np.zeros(37, np.int32) for _ in range(n)]
+    x = [rng.integers(-2**31, 2**31, count * n, dtype=np.int64).astype(np.int32) for _ in range(n)]
+    size = count if kind == "reduce_scatter" else count * n
+    y = [np.zeros(size, np.int32) for _ in range(n)]
     with qccl.group():
         for c in comms:
-            c.allreduce(x[c.rank], y[c.rank], qccl.SUM, algo=algo)
+            if kind == "allreduce":
+                c.allreduce(x[c.rank], y[c.rank], qccl.SUM, algo=algo)
+            elif kind == "reduce_scatter":
+                c.reduce_scatter(x[c.rank], y[c.rank], qccl.SUM)
+            else:
+                c.reduce(x[c.rank], y[c.rank], qccl.SUM, root=2)
     xor = reduce(np.bitwise_xor, x)
-    assert all(np.array_equal(v, xor) for v in y)
+    want = {"allreduce": [xor] * n, "reduce_scatter": [xor[r * count:(r + 1) * count] for r in range(n)],
+            "reduce": [y[0], y[1], xor, y[3]]}[kind]
+    assert all(np.array_equal(v, w) for v, w in zip(y, want))
     assert not np.array_equal(xor, np.sum(np.stack(x), axis=0, dtype=np.int32))
+    assert kind != "reduce" or not y[0].any(), "a non-root's output is not touched"
 
 
 def test_host_ops_only_copy_words_and_launch():
