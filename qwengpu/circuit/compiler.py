@@ -53,7 +53,7 @@ OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub",
               **{op: ("compare_signed" if op.endswith("_s") else "compare") for op in COMPARES + MINMAX}}
 
 
-@dataclass
+@dataclass(eq=False)
 class Circuit:
     """A compiled QwenGPU: the residual's groups, the layers, and how tokens enter and leave the stream."""
     width: Width

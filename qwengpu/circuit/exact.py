@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import functools
 
 import numpy as np
 from scipy import sparse
@@ -23,7 +24,7 @@ from .. import tokens as T
 from ..isa import MachineError
 from .basis import HOT, MEAN_SQUARE, CircuitError
 from .compiler import Circuit, compile_circuit
-from .layers import Width
+from .layers import QWEN35_2B, Width
 
 SILU_ON, OFF = 17.0, -104.0         # silu(x) = x (fp32 and bf16) above SILU_ON; silu, sigmoid, softplus = 0 below OFF
 SIGMOID_ON = 32.0                   # sigmoid(x) = 1 exactly above this
@@ -60,16 +61,16 @@ class CircuitBackend:
     name = "circuit"
 
     def __init__(self, circuit: Circuit | None = None, width: Width | None = None, trace: bool = False):
-        self.circuit = circuit if circuit is not None else compile_circuit(*(() if width is None else (width,)))
+        prepared = _prepare(circuit if circuit is not None else compiled(width or QWEN35_2B))
+        self.circuit, self.layers, self.embedding, self.head, self._groups = prepared
         self.width = self.circuit.width
         self.supports = self.circuit.supports
         self.supported_ops = self.circuit.supported_ops
-        self.layers = [_Compiled(layer) for layer in self.circuit.layers]
-        self.embedding = self.circuit.embedding().astype(np.float64)
-        self.head = _csr(self.circuit.output_head(), (T.VOCAB_SIZE, self.width.hidden))
         self.trace = trace
         self.residuals: list[np.ndarray] = []      # with trace: the residual after each layer, for the last token
         self._ballast = np.array(self.circuit.residual.vector({}), dtype=np.float64)
+        self._constant = self._ballast != 0
+        self._constant[self._groups[0]] = False
         self._reset()
 
     def _reset(self) -> None:
@@ -154,14 +155,36 @@ class CircuitBackend:
         return x / HOT
 
     def _check(self, x: np.ndarray, where: str) -> None:
-        constant = self._ballast != 0
-        groups = self.circuit.residual.groups.values()
-        for group in groups:
-            constant[group.start:group.start + group.size] = False
-        if not np.array_equal(x[constant], self._ballast[constant]):
+        """Every constant dimension unchanged; every group one-hot with value HOT."""
+        if not np.array_equal(x[self._constant], self._ballast[self._constant]):
             raise CircuitError(f"{where}: a constant dimension changed")
-        for group in groups:
-            group.slot_of(x)
+        dims, starts, groups = self._groups
+        values = x[dims]
+        if not (np.isin(values, (0.0, HOT)).all() and (np.add.reduceat(values, starts) == HOT).all()):
+            for group in groups:
+                try:
+                    group.slot_of(x)
+                except CircuitError as error:
+                    raise CircuitError(f"{where}: {error}") from None
+
+
+@functools.lru_cache(maxsize=4)
+def compiled(width: Width) -> Circuit:
+    """The circuit of a width, compiled once per process."""
+    return compile_circuit(width)
+
+
+@functools.lru_cache(maxsize=4)
+def _prepare(circuit: Circuit):
+    """Sparse layers, embedding, output head and the group index of a circuit (shared by its backends)."""
+    layers = [_Compiled(layer) for layer in circuit.layers]
+    embedding = circuit.embedding().astype(np.float64)
+    head = _csr(circuit.output_head(), (T.VOCAB_SIZE, circuit.width.hidden))
+    unique = {(g.start, g.size): g for g in circuit.residual.groups.values()}
+    groups = [unique[key] for key in sorted(unique)]
+    dims = np.concatenate([np.arange(g.start, g.start + g.size) for g in groups])
+    starts = np.cumsum([0] + [g.size for g in groups[:-1]])
+    return circuit, layers, embedding, head, (dims, starts, groups)
 
 
 def _silu(x: np.ndarray, what: str) -> np.ndarray:
