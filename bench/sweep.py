@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import re
 import sys
 import time
 from collections import Counter
@@ -141,8 +142,10 @@ def processes(ranks) -> int:
         r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", str(n), "--timeout", "1200", "-m",
                             "bench.dist_check", "--cases", "wide+big", "--burst", str(min(n, 8))],
                            capture_output=True, text=True)
-        lines = [x for x in r.stdout.splitlines() if x.startswith("rank ")]
-        print(f"{n} processes: exit {r.returncode}; " + (lines[0] if lines else r.stderr.strip()[-300:]), flush=True)
+        found = re.findall(r"rank (\d+): (\d+)/(\d+) cases identical", r.stdout)
+        good = sum(a == b for _, a, b in found)
+        print(f"{n} processes: exit {r.returncode}; {good} of {n} ranks had all "
+              f"{found[0][2] if found else '?'} cases identical to numpy and gloo", flush=True)
         if r.returncode:
             bad.append(n)
             print(r.stdout + r.stderr, flush=True)
