@@ -182,6 +182,7 @@ def main(argv=None) -> int:
         results = pool.imap_unordered(_check, todo)
     else:
         pool, results = None, map(_check, todo)
+    stopped = False
     try:
         for index, case, ok, _ in results:
             done += 1
@@ -192,13 +193,16 @@ def main(argv=None) -> int:
             if done % 200 == 0:
                 print(f"... {done}/{total} cases (last: count {case.count}), {sum(bad.values())} differ, "
                       f"{time.time() - t0:.0f} s", flush=True)
+    except KeyboardInterrupt:
+        stopped = True                  # Ctrl-C: the summary of what ran
     finally:
         if pool is not None:
             pool.terminate()
     nbad = sum(bad.values())
     kinds = ", ".join(f"{kind} {per_kind[kind] - bad[kind]}/{per_kind[kind]}" for kind in a.kinds if per_kind[kind])
-    print(f"{done} cases, {done - nbad} identical to numpy, {nbad} differ ({time.time() - t0:.0f} s): {kinds}")
-    return 1 if nbad else 0
+    print(f"{done} cases{f' of {total} (stopped)' if stopped else ''}, {done - nbad} identical to numpy, {nbad} "
+          f"differ ({time.time() - t0:.0f} s): {kinds}")
+    return 1 if nbad or stopped else 0
 
 
 if __name__ == "__main__":
