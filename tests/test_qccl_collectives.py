@@ -153,3 +153,19 @@ def test_count_1000(kind, algo, op):
     """A thousand words per rank goes through 127-word devices as a loop of chunks."""
     check(run(2, kind, 1000, op or "sum", root=1, algo=algo, seed=11, dtype=np.uint32 if op == "min" else np.int32),
           f"{kind} 1000")
+
+
+def test_demo_table_beats_the_seeds_allreduce(tmp_path):
+    """make demo's table (--json): every row identical to numpy; AllReduce of 16 words writes at most the seed's 664
+    tokens per rank on 4 ranks and 1,480 on 8."""
+    import json
+    from bench import demo
+    path = tmp_path / "demo.json"
+    assert demo.main(["--json", str(path)]) == 0
+    rows = json.loads(path.read_text())
+    assert all(r["vs_numpy"] == "identical" for n in rows.values() for r in n)
+    ring = {n: {r["kind"]: r for r in rows[n] if r["algo"] == "ring"} for n in rows}
+    assert set(ring["4_ranks"]) == {"allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv"}
+    assert all(r["seed"] for r in ring["4_ranks"].values()), "the seed's figure beside each of the six"
+    assert ring["4_ranks"]["allreduce"]["tokens_max"] <= 664
+    assert ring["8_ranks"]["allreduce"]["tokens_max"] <= 1480
