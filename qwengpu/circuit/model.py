@@ -24,8 +24,9 @@ import numpy as np
 
 from .. import tokens as T
 from ..isa import MachineError
-from .compiler import Circuit, compile_circuit
-from .layers import Width, dense
+from .compiler import LOGIT, Circuit
+from .exact import compiled
+from .layers import QWEN35_2B, Width, dense
 
 VOCAB_FILE = "qwengpu_vocab.json"
 
@@ -42,9 +43,12 @@ def config_for(circuit: Circuit):
         hidden_act="silu", rms_norm_eps=1e-6, tie_word_embeddings=False, architectures=["Qwen3_5ForCausalLM"])
 
 
-def state_dict(circuit: Circuit) -> dict:
-    """The circuit's weights under transformers' parameter names (float32 tensors)."""
+def state_dict(circuit: Circuit, dtype: str = "float32") -> dict:
+    """The circuit's weights under transformers' parameter names, as tensors of ``dtype``.
+
+    Each weight is checked to be exactly representable in ``dtype``: a rounded weight is a design error."""
     import torch
+    target = getattr(torch, dtype)
     w = circuit.width
     h, vd, heads = w.hidden, w.key_dim, w.heads
     out = {"model.embed_tokens.weight": circuit.embedding(), "model.norm.weight": np.zeros(h, np.float32),
@@ -73,31 +77,45 @@ def state_dict(circuit: Circuit) -> dict:
             p + "input_layernorm.weight": np.zeros(h, np.float32),
             p + "post_attention_layernorm.weight": np.zeros(h, np.float32),
         })
-    return {name: torch.from_numpy(value) for name, value in out.items()}
+    _check_representable(circuit, target)
+    return {name: torch.from_numpy(out.pop(name)).to(target) for name in list(out)}
+
+
+def _check_representable(circuit: Circuit, dtype) -> None:
+    """Every distinct weight value must survive the cast (the dense tensors hold only these values and zeros)."""
+    import torch
+    values = {LOGIT, 1.0, 0.0}
+    values.update(float(v) for v in np.unique(circuit.embedding()))
+    for layer in circuit.layers:
+        for part in (layer.qkv, layer.z, layer.b, layer.a, layer.out, layer.gate, layer.up, layer.down):
+            values.update(part.values())
+    values = torch.tensor(sorted(values), dtype=torch.float64)
+    bad = values[values.to(dtype).to(torch.float64) != values]
+    if len(bad):
+        raise MachineError(f"weights {bad.tolist()[:5]} are not exactly representable in {dtype}")
 
 
 def build_model(circuit: Circuit, dtype: str = "bfloat16", device: str = "cpu"):
     """Qwen3_5ForCausalLM with the circuit's weights loaded through load_state_dict(strict=True)."""
     import torch
     from transformers import Qwen3_5ForCausalLM
-    model = Qwen3_5ForCausalLM(config_for(circuit))
-    weights = state_dict(circuit)
-    _check_representable(weights, getattr(torch, dtype))
-    model.load_state_dict(weights, strict=True)
-    return model.to(dtype=getattr(torch, dtype), device=device).eval()
-
-
-def _check_representable(weights: dict, dtype) -> None:
-    """Every weight must survive the cast: a rounded weight is a design error, not noise to tolerate."""
-    for name, tensor in weights.items():
-        finite = tensor[tensor.isfinite()]
-        if not (finite.to(dtype).to(tensor.dtype) == finite).all():
-            raise MachineError(f"weight {name} is not exactly representable in {dtype}")
+    config = config_for(circuit)
+    config.dtype = dtype
+    from transformers.initialization import no_init_weights
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))      # build in the target dtype: half the memory, no cast after
+    try:
+        with no_init_weights():                         # every weight comes from the state dict
+            model = Qwen3_5ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.load_state_dict(state_dict(circuit, dtype), strict=True)
+    return model.to(device=device).eval()
 
 
 def save_checkpoint(directory: str | Path, width: Width | None = None, dtype: str = "bfloat16") -> Path:
     """Compile the circuit and save it as a Hugging Face checkpoint directory with its vocabulary description."""
-    circuit = compile_circuit(*(() if width is None else (width,)))
+    circuit = compiled(width or QWEN35_2B)
     model = build_model(circuit, dtype)
     directory = Path(directory)
     model.save_pretrained(directory)
@@ -130,7 +148,7 @@ class ModelBackend:
             description = json.loads((Path(checkpoint) / VOCAB_FILE).read_text())
             self.supports, self.supported_ops = tuple(description["supports"]), tuple(description["supported_ops"])
         else:
-            circuit = circuit if circuit is not None else compile_circuit(*(() if width is None else (width,)))
+            circuit = circuit if circuit is not None else compiled(width or QWEN35_2B)
             self.model = build_model(circuit, dtype, device)
             self.supports, self.supported_ops = circuit.supports, circuit.supported_ops
         self.torch, self.device, self.trace = torch, device, trace

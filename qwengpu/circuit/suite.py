@@ -1,0 +1,156 @@
+"""The kernel suite as recorded token streams, and ``make verify``: every stream replayed on circuit and model.
+
+The interpreter records each stream (host copies, launches, peers' packets, reads); the circuit and the model must
+predict every token the model wrote in it (qwengpu.circuit.verify). Kernels whose ops the circuit does not compute
+yet are listed with the reason, not skipped silently.
+
+    python -m qwengpu.circuit.suite                 # circuit and bf16 model on every stream
+    python -m qwengpu.circuit.suite --quick         # circuit only
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..device import Device
+from ..isa import MachineError
+
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+
+
+def memory_stream(seed: int = 0):
+    """Host copies in and out: random words at random addresses, a write to the sink, overwrites, unwritten words."""
+    rng = np.random.default_rng(seed)
+    dev = Device()
+    dev.write(0, rng.integers(-2**31, 2**31, 20))
+    dev.write(100, rng.integers(-2**31, 2**31, 27))
+    dev.write(5, [0, -1, 0x7FFFFFFF, -2**31])
+    dev.read(0, 12)
+    dev.read(120, 7)
+    dev.read(60, 3)
+    return dev.tokens
+
+
+def vadd_stream(seed: int = 1):
+    """vadd on two warps with n = 6: a predicate switches off two lanes of the second warp."""
+    rng = np.random.default_rng(seed)
+    dev = Device()
+    a, b, c = dev.alloc(8), dev.alloc(8), dev.alloc(8)
+    dev.write(a, rng.integers(-2**31, 2**31, 8))
+    dev.write(b, rng.integers(-2**31, 2**31, 8))
+    dev.launch(dev.load_kernel(KERNELS / "vadd.cu", "vadd"), threads=8, args=[a, b, c, 6])
+    dev.read(c, 8)
+    return dev.tokens
+
+
+def spin_stream():
+    """spin on two warps, released by host writes that land between records (first too small, then enough)."""
+    dev = Device()
+    flag, out = dev.alloc(1), dev.alloc(8)
+    dev.write(flag, [0])
+    dev.write(out, np.full(8, -7))
+    dev.start(dev.load_kernel(KERNELS / "spin.cu", "spin"), 8, [flag, 3, out, 100])
+    for writes, steps in (([2], 4), ([3], 3)):
+        for _ in range(steps):
+            dev.step()
+        dev.write(flag, writes)
+    while dev.busy:
+        dev.step()
+    dev.read(out, 8)
+    return dev.tokens
+
+
+def collective_streams(nranks: int = 2, count: int = 4):
+    """qccl collectives over QLink (the prim and mcast kernels in their modes): one stream per rank."""
+    import qccl
+    comms = qccl.Communicator.init_all(nranks, transport="qlink")
+    rng = np.random.default_rng(7)
+    send = [rng.integers(-2**31, 2**31, count).astype(np.int32) for _ in range(nranks)]
+    recv = [np.zeros(count, np.int32) for _ in range(nranks)]
+    gathered = [np.zeros(count * nranks, np.int32) for _ in range(nranks)]
+    scattered = [np.zeros(count // nranks, np.int32) for _ in range(nranks)]
+    with qccl.group():
+        for c in comms:
+            c.allreduce(send[c.rank], recv[c.rank], op="sum")
+    with qccl.group():
+        for c in comms:
+            c.reduce(send[c.rank], recv[c.rank], op="max", root=1)
+    with qccl.group():
+        for c in comms:
+            c.broadcast(send[c.rank], recv[c.rank], root=0)
+    with qccl.group():
+        for c in comms:
+            c.allgather(send[c.rank], gathered[c.rank])
+    with qccl.group():
+        for c in comms:
+            c.reduce_scatter(send[c.rank], scattered[c.rank], op="min")
+    with qccl.group():
+        for c in comms:
+            c.send(send[c.rank], (c.rank + 1) % nranks)
+            c.recv(recv[c.rank], (c.rank - 1) % nranks)
+    devices = comms[0].world.devices
+    streams = [(f"collectives rank {rank}", list(devices[rank].tokens)) for rank in sorted(devices)]
+    for c in comms:
+        c.destroy()
+    return streams
+
+
+def kernel_streams():
+    """(name, token stream) for every part of the kernel suite the circuit computes."""
+    return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), *collective_streams()]
+
+
+def not_compiled() -> list[tuple[str, str]]:
+    """(kernel, reason) for the suite's kernels that the circuit refuses, with the refusal it raises."""
+    from .exact import CircuitBackend
+    out = []
+    dev = Device(backend="circuit")
+    mlp = KERNELS / "mlp.cu"
+    for name, threads, args in (("mlp_forward", 4, [0, 40, 60]), ("mlp_backward", 4, [0, 40, 60]),
+                                ("mlp_loss", 4, [40, 60]), ("sgd", 13, [0, 40])):
+        try:
+            dev.start(dev.load_kernel(mlp, name), threads, args)
+        except MachineError as error:
+            out.append((name, str(error).split(": ", 1)[-1]))
+    assert isinstance(dev.backend, CircuitBackend)
+    return out
+
+
+def main(argv=None) -> int:
+    from .exact import CircuitBackend
+    from .verify import verify
+    parser = argparse.ArgumentParser(prog="python -m qwengpu.circuit.suite", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the circuit only (no transformers model)")
+    parser.add_argument("--dtype", default="bfloat16", help="the model's dtype (bfloat16 or float32)")
+    args = parser.parse_args(argv)
+    streams = kernel_streams()
+    backends = [("circuit", lambda: CircuitBackend())]
+    if not args.quick:
+        from .model import ModelBackend
+        backends.append((f"model {args.dtype}", lambda: ModelBackend(dtype=args.dtype)))
+    total_mismatches = 0
+    print(f"{'stream':<22} {'backend':<16} {'tokens':>7} {'compared':>9} {'mismatches':>11} {'ms/token':>9}")
+    for label, make in backends:
+        started = time.perf_counter()
+        backend = make()
+        print(f"{'(build)':<22} {label:<16} {'':>7} {'':>9} {'':>11} {1000 * (time.perf_counter() - started):>9.0f}")
+        for name, stream in streams:
+            state = backend.snapshot()
+            result = verify(backend, stream)
+            backend.restore(state)
+            total_mismatches += len(result.mismatches)
+            print(f"{name:<22} {label:<16} {len(stream):>7} {result.compared:>9} {len(result.mismatches):>11} "
+                  f"{1000 * result.seconds_per_token:>9.1f}")
+            for position, expected, got in result.mismatches[:3]:
+                print(f"    position {position}: expected {expected}, got {got}")
+    for kernel, reason in not_compiled():
+        print(f"not compiled: {kernel}: {reason}")
+    print(f"mismatches: {total_mismatches}")
+    return 1 if total_mismatches else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
