@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test verify install clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The whole kernel suite on the compiled circuit and the bf16 model: tokens compared, mismatches, time per token.
+verify: $(STAMP)
+	$(PY) -m qwengpu.circuit.suite
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -113,10 +113,11 @@ def build_model(circuit: Circuit, dtype: str = "bfloat16", device: str = "cpu"):
     return model.to(device=device).eval()
 
 
-def save_checkpoint(directory: str | Path, width: Width | None = None, dtype: str = "bfloat16") -> Path:
-    """Compile the circuit and save it as a Hugging Face checkpoint directory with its vocabulary description."""
+def save_checkpoint(directory: str | Path, width: Width | None = None, dtype: str = "bfloat16", model=None) -> Path:
+    """Save the compiled circuit as a Hugging Face checkpoint directory (config.json, model.safetensors) with its
+    vocabulary description (qwengpu_vocab.json); ``AutoModelForCausalLM.from_pretrained(directory)`` loads it."""
     circuit = compiled(width or QWEN35_2B)
-    model = build_model(circuit, dtype)
+    model = model if model is not None else build_model(circuit, dtype)
     directory = Path(directory)
     model.save_pretrained(directory)
     (directory / VOCAB_FILE).write_text(json.dumps(vocabulary(circuit), indent=1))

@@ -1,0 +1,96 @@
+"""The compiled circuit evaluated exactly: it must predict every token the interpreter's model wrote."""
+import numpy as np
+import pytest
+
+import qccl
+from qwengpu import Device, MachineError
+from qwengpu.circuit.basis import MEAN_SQUARE, CircuitError
+from qwengpu.circuit.compiler import compile_circuit
+from qwengpu.circuit.exact import CircuitBackend, compiled
+from qwengpu.circuit.layers import QWEN35_2B
+from qwengpu.circuit.suite import KERNELS, kernel_streams
+from qwengpu.circuit.verify import verify
+
+STREAMS = dict(kernel_streams())
+
+
+@pytest.fixture(scope="module")
+def circuit_backend():
+    return CircuitBackend()
+
+
+def test_the_stack_has_qwen35_2b_widths():
+    circuit = compiled(QWEN35_2B)
+    w = circuit.width
+    assert (w.hidden, w.heads, w.head_dim, w.intermediate, w.conv) == (2048, 16, 128, 6144, 4)
+    assert circuit.residual.used <= w.hidden
+    for layer in circuit.layers:
+        assert len(layer.heads) <= w.heads and len(layer.units) <= w.intermediate
+
+
+def test_every_embedding_row_has_the_design_norm():
+    table = compiled(QWEN35_2B).embedding().astype(np.float64)
+    assert (np.einsum("ij,ij->i", table, table) / table.shape[1] == MEAN_SQUARE).all()
+
+
+@pytest.mark.parametrize("name", sorted(STREAMS))
+def test_circuit_predicts_every_model_token(circuit_backend, name):
+    state = circuit_backend.snapshot()
+    result = verify(circuit_backend, STREAMS[name])
+    circuit_backend.restore(state)
+    assert result.compared > 0
+    assert result.mismatches == [], str(result)
+    assert result.min_margin >= 8
+
+
+def test_circuit_device_writes_the_interpreters_tokens():
+    def run(backend):
+        dev = Device(backend=backend)
+        a, b, c = dev.alloc(4), dev.alloc(4), dev.alloc(4)
+        dev.write(a, [1, -2, 2**31 - 1, 7])
+        dev.write(b, [10, 20, 1, -7])
+        dev.launch(dev.load_kernel(KERNELS / "vadd.cu", "vadd"), threads=4, args=[a, b, c, 3])
+        return dev.read(c, 4), [(t.id, t.origin) for t in dev.tokens]
+
+    (values, tokens), (ref_values, ref_tokens) = run("circuit"), run("interpreter")
+    np.testing.assert_array_equal(values, [11, 18, -2**31, 0])
+    np.testing.assert_array_equal(values, ref_values)
+    assert tokens == ref_tokens
+
+
+def test_allreduce_over_qlink_on_the_circuit():
+    rng = np.random.default_rng(3)
+    send = [rng.integers(-2**31, 2**31, 4).astype(np.int32) for _ in range(2)]
+    results = {}
+    for backend in ("circuit", "interpreter"):
+        comms = qccl.Communicator.init_all(2, transport="qlink", config={"backend": backend})
+        recv = [np.zeros(4, np.int32) for _ in range(2)]
+        with qccl.group():
+            for c in comms:
+                c.allreduce(send[c.rank], recv[c.rank], op="sum")
+        results[backend] = (recv, [[t.id for t in d.tokens] for d in comms[0].world.devices.values()])
+    expect = (send[0].astype(np.int64) + send[1]).astype(np.int32)     # int32 wrap-around, as on a GPU
+    for r in results["circuit"][0]:
+        np.testing.assert_array_equal(r, expect)
+    assert results["circuit"][1] == results["interpreter"][1]
+
+
+def test_a_broken_invariant_is_reported_at_its_layer():
+    circuit = compile_circuit(QWEN35_2B)
+    layer = circuit.layers[9]
+    unit = next(u for (u, dim) in layer.gate if dim == 0)
+    layer.gate[unit, 0] += 100.0             # this unit's gate no longer sits in saturation when it should be off
+    backend = CircuitBackend(circuit=circuit)
+    with pytest.raises(CircuitError, match=r"layer 9 \(ALU: digits\)"):
+        verify(backend, STREAMS["vadd"])
+
+
+def test_a_kernel_outside_the_circuit_is_refused_before_it_starts():
+    dev = Device(backend="circuit")
+    dev.write(0, [5])
+    before = list(dev.tokens)
+    kernel = dev.load_kernel(KERNELS / "mlp.cu", "mlp_forward")
+    with pytest.raises(MachineError, match="does not compute op mul"):
+        dev.launch(kernel, threads=4, args=[0, 40, 60])
+    assert dev.tokens == before and not dev.busy
+    np.testing.assert_array_equal(dev.read(0, 1), [5])

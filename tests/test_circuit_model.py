@@ -1,0 +1,65 @@
+"""The compiled circuit inside transformers' Qwen3.5 (bf16 on CPU): the same tokens as the interpreter, exactly.
+
+CI's share is one stream (vadd: about 185 tokens, one forward each); `make verify` replays the whole suite."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen3_5ForCausalLM
+
+from qwengpu import Device
+from qwengpu.circuit.exact import CircuitBackend
+from qwengpu.circuit.model import VOCAB_FILE, ModelBackend, save_checkpoint
+from qwengpu.circuit.report import deviation
+from qwengpu.circuit.suite import memory_stream, vadd_stream
+from qwengpu.circuit.verify import verify
+
+
+@pytest.fixture(scope="module")
+def bf16():
+    return ModelBackend(dtype="bfloat16", trace=True)
+
+
+def test_the_model_is_transformers_qwen35_with_linear_attention_layers(bf16):
+    model = bf16.model
+    assert isinstance(model, Qwen3_5ForCausalLM)
+    config = model.config
+    assert set(config.layer_types) == {"linear_attention"}
+    assert (config.hidden_size, config.intermediate_size, config.linear_num_key_heads, config.linear_num_value_heads,
+            config.linear_key_head_dim, config.linear_value_head_dim, config.linear_conv_kernel_dim) == \
+        (2048, 6144, 16, 16, 128, 128, 4)
+    assert type(model.model.layers[0]).__name__ == "Qwen3_5DecoderLayer"
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
+def test_bf16_model_follows_the_circuit_exactly_at_every_layer(bf16):
+    stream = vadd_stream()
+    state = bf16.snapshot()
+    report = deviation(bf16, stream, "vadd in bf16", CircuitBackend(trace=True))
+    bf16.restore(state)
+    assert report.compared == sum(t.origin == "model" for t in stream[1:])
+    assert report.mismatches == 0, report.table()
+    assert report.layers == [0.0] * len(report.layers), report.table()
+    assert report.min_margin >= 8
+
+
+def test_model_device_runs_host_copies(bf16):
+    dev = Device(backend="model", dtype="bfloat16")
+    words = np.array([0, 1, -1, 123456789, -2**31], dtype=np.int32)
+    dev.write(40, words)
+    np.testing.assert_array_equal(dev.read(40, 5), words)
+    np.testing.assert_array_equal(dev.read(45, 1), [0])      # never written: the model reads zero
+
+
+def test_checkpoint_round_trips_through_from_pretrained(bf16, tmp_path):
+    directory = save_checkpoint(tmp_path / "qwengpu", model=bf16.model)
+    assert (directory / "config.json").exists() and any(directory.glob("*.safetensors"))
+    vocabulary = json.loads((directory / VOCAB_FILE).read_text())
+    assert vocabulary["vocab_size"] == bf16.model.config.vocab_size
+    loaded = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16)
+    assert isinstance(loaded, Qwen3_5ForCausalLM)
+    for (name, mine), (other, theirs) in zip(bf16.model.state_dict().items(), loaded.state_dict().items()):
+        assert name == other and torch.equal(mine, theirs), name
+    result = verify(ModelBackend(checkpoint=directory, dtype="bfloat16"), memory_stream()[:80])
+    assert result.compared > 0 and result.mismatches == [], str(result)
