@@ -94,3 +94,13 @@ def test_a_kernel_outside_the_circuit_is_refused_before_it_starts():
         dev.launch(kernel, threads=4, args=[0, 40, 60])
     assert dev.tokens == before and not dev.busy
     np.testing.assert_array_equal(dev.read(0, 1), [5])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_programs_over_every_compiled_op(circuit_backend, seed):
+    from qwengpu.circuit.compiler import SUPPORTED_OPS
+    from qwengpu.circuit.fuzz import random_stream
+    state = circuit_backend.snapshot()
+    result = verify(circuit_backend, random_stream(100 + seed, SUPPORTED_OPS))
+    circuit_backend.restore(state)
+    assert result.compared > 500 and result.mismatches == [], str(result)

@@ -8,14 +8,14 @@ Subtraction adds the complement with a carry in; a comparison reads the subtract
 propagate" for equality), with the top bits flipped for signed order.
 
 - Layers 6-7 (``operands``): A = R[a] + imm_a, B = R[b] + imm_b, and the store address's low byte R[s] + imm_s.
-- Layers 9-11 (``alu``): X = op(A, B) for the ops in compiler.SUPPORTED_OPS, then the lane's activity (its warp has
-  it and its predicate holds).
+- Layers 9-12 (``alu``): X = op(A, B) for the ops in compiler.SUPPORTED_OPS (add, sub, compares, min / max, and /
+  or / xor, shifts), then the lane's activity (its warp has it and its predicate holds).
 """
 from __future__ import annotations
 
 from ..isa import LANES, NONE
 from .basis import Group
-from .compiler import COMPARES, MINMAX, Circuit
+from .compiler import BITWISE, COMPARES, MINMAX, SHIFTS, Circuit
 from .registers import WORD
 
 IMMEDIATE_WORDS = {"a": 4, "b": 6, "s": 8}      # ROM word holding the low half of each immediate
@@ -93,6 +93,8 @@ def alu(circuit: Circuit) -> None:
     clear_all(L[11], dig + gp)
     for group in dig + gp:
         r.free(group)
+    _bitwise(circuit, a, b, x)
+    _shifts(circuit, a, b, x)
 
     # layer 11: is the lane active? It exists in the warp, and its predicate (if any) holds.
     active = r.group("active", (False, True))
@@ -108,6 +110,74 @@ def alu(circuit: Circuit) -> None:
         L[11].unit(f"lane {n} predicate hi", exists + has_pred + [keep, (lo, False), (hi, True)], [(active, True)])
         L[11].unit(f"lane {n} predicate zero", exists + has_pred + [negate, (lo, False), (hi, False)],
                    [(active, True)])
+
+
+def _bitwise(circuit: Circuit, a, b, x) -> None:
+    """and / or / xor: one unit per (nibble, p, q), in layers 10, 11 and 12 (a full table each)."""
+    op_class = circuit.residual["op_class"]
+    functions = {"and": lambda p, q: p & q, "or": lambda p, q: p | q, "xor": lambda p, q: p ^ q}
+    for layer, name in zip((10, 11, 12), BITWISE):
+        for i in range(WORD):
+            for p in range(16):
+                for q in range(16):
+                    v = functions[name](p, q)
+                    if v:
+                        circuit.layers[layer].unit(name, [(op_class, name), (a[i], p), (b[i], q)], [(x[i], v)])
+
+
+def _shifts(circuit: Circuit, a, b, x) -> None:
+    """shl / shr_u / shr_s by B: whole nibbles in layer 10, then bits in two parts that do not overlap (layer 11),
+    joined in layer 12. A shift by 32 or more gives 0 (shl, shr_u) or the sign (shr_s), as the ISA table says."""
+    r = circuit.residual
+    L = circuit.layers
+    op_class = r["op_class"]
+    big = r.group("shift_out_of_range", (False, True))
+    L[9].unit("shift >= 32", [(b[1], list(range(2, 16)))], [(big, True)])
+    for k in range(2, WORD):
+        L[9].unit("shift >= 32", [(b[1], [0, 1])] + [(b[j], 0) for j in range(2, k)] + [(b[k], list(range(1, 16)))],
+                  [(big, True)])
+    shifted = [r.group(f"shifted{i}", range(16)) for i in range(WORD)]
+    part = [r.group(f"shift_part{i}", range(16)) for i in range(WORD)]
+    carried = [r.group(f"shift_carried{i}", range(16)) for i in range(WORD)]
+    right, left = (op_class, ["shr_u", "shr_s"]), (op_class, "shl")
+    negative = (a[WORD - 1], list(range(8, 16)))
+    in_range = (big, False)
+    for k in range(WORD):                       # nibbles: k = amount >> 2 = (B0 >> 2) + 4 * B1
+        by = [in_range, (b[0], list(range(4 * (k % 4), 4 * (k % 4) + 4))), (b[1], k // 4)]
+        for i in range(WORD):
+            for v in range(1, 16):
+                if i + k < WORD:
+                    L[10].unit("shift right by nibbles", [right] + by + [(a[i + k], v)], [(shifted[i], v)])
+                if i - k >= 0:
+                    L[10].unit("shift left by nibbles", [left] + by + [(a[i - k], v)], [(shifted[i], v)])
+            if i + k >= WORD:
+                L[10].unit("sign fill", [(op_class, "shr_s"), negative] + by, [(shifted[i], 15)])
+    for s in range(4):                          # bits: s = amount & 3
+        by = [in_range, (b[0], [s, s + 4, s + 8, s + 12])]
+        for i in range(WORD):
+            for v in range(1, 16):
+                L[11].unit("shift right: own bits", [right] + by + [(shifted[i], v)], [(part[i], v >> s)])
+                L[11].unit("shift left: own bits", [left] + by + [(shifted[i], v)], [(part[i], (v << s) & 15)])
+                if s and i + 1 < WORD:
+                    L[11].unit("shift right: bits from above", [right] + by + [(shifted[i + 1], v)],
+                               [(carried[i], (v << (4 - s)) & 15)])
+                if s and i >= 1:
+                    L[11].unit("shift left: bits from below", [left] + by + [(shifted[i - 1], v)],
+                               [(carried[i], v >> (4 - s))])
+        if s:
+            L[11].unit("sign bits from above", [(op_class, "shr_s"), negative] + by,
+                       [(carried[WORD - 1], (15 << (4 - s)) & 15)])
+    shifting = (op_class, list(SHIFTS))
+    for i in range(WORD):
+        for p in range(16):
+            for q in range(16):
+                if p | q and not p & q:
+                    L[12].unit("shift joined", [shifting, (part[i], p), (carried[i], q)], [(x[i], p | q)])
+    L[12].unit("shr_s by 32 or more", [(op_class, "shr_s"), (big, True), negative], [(x[i], 15) for i in range(WORD)])
+    clear_all(L[11], shifted)
+    clear_all(L[12], part + carried)
+    for group in shifted + part + carried:
+        r.free(group)
 
 
 def _high_nibble(circuit: Circuit, field: str, value: int) -> tuple:

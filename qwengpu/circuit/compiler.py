@@ -13,9 +13,10 @@ L5   qwengpu.circuit.registers the register file (row = lane * 16 + register) an
                                and predicate reads; thread index; the op's class
 L6-7 qwengpu.circuit.arithmetic operand adders (register + immediate) for A, B and the store address
 L8   qwengpu.circuit.memory    global memory (row = address), the host's reads, loads
-L9-11 qwengpu.circuit.arithmetic the ALU: add / subtract / compare chain, selection, the lane's activity
-L12  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
-L13-14 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
+L9-12 qwengpu.circuit.arithmetic the ALU: add / subtract / compare chain, selection, bitwise ops, shifts (by
+                               nibbles, then bits), the lane's activity
+L13  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
+L14-15 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
 ==== ========================= ============================================================================
 
 The result is a ``Circuit``: named groups, sparse layers and the vocabulary maps, which ``qwengpu.circuit.exact``
@@ -39,17 +40,21 @@ PURPOSES = (
     "context: previous families, current block, ROM row, distances",
     "warp header; distance chain", "distance chain", "distance chain; lanes", "program ROM; distance chain",
     "register file; operands; thread index; op class", "operand adders: digits; distance chain",
-    "operand adders: carries", "memory: writes, host reads, loads", "ALU: digits", "ALU: carries, compare",
-    "ALU: select; lane activity", "lane values; store and branch flags", "record lanes table; write-back order",
+    "operand adders: carries", "memory: writes, host reads, loads", "ALU: digits; shift range",
+    "ALU: carries, compare, and; shift by nibbles", "ALU: select, or; shift bits; lane activity",
+    "ALU: shift combine, xor", "lane values; store and branch flags", "record lanes table; write-back order",
     "write-back records; next EXEC or END",
 )
 LAYERS = len(PURPOSES)
+EMIT, RECORD, WRITE_BACK = LAYERS - 3, LAYERS - 2, LAYERS - 1     # the records stage's layers
 
 # The ALU ops this circuit computes; a launch whose program uses another op is refused before it starts.
 COMPARES = ("eq", "ne", "lt_s", "le_s", "gt_s", "ge_s", "lt_u", "le_u", "gt_u", "ge_u")
 MINMAX = ("min_s", "max_s", "min_u", "max_u")
-SUPPORTED_OPS = ("a", "b", "add", "sub") + COMPARES + MINMAX
-OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub",
+SHIFTS = ("shl", "shr_u", "shr_s")
+BITWISE = ("and", "or", "xor")
+SUPPORTED_OPS = ("a", "b", "add", "sub") + COMPARES + MINMAX + SHIFTS + BITWISE
+OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub", **{op: op for op in SHIFTS + BITWISE},
               **{op: ("compare_signed" if op.endswith("_s") else "compare") for op in COMPARES + MINMAX}}
 
 

@@ -100,9 +100,10 @@ def _first_distances(circuit: Circuit, group, anchor: str, breakers: set, back: 
 
 
 def next_block_units(circuit: Circuit, end, branch_nonzero) -> None:
-    """Layer 14: at a record's last position, the next EXEC (branch target or fall-through) or END."""
+    """At a record's last position, the next EXEC (branch target or fall-through) or END."""
+    from .compiler import WRITE_BACK
     r = circuit.residual
-    layer = circuit.layers[14]
+    layer = circuit.layers[WRITE_BACK]
     block = [r["block0"], r["block1"]]
     kinds = {"none": 0, "always": 1, "nonzero": 2, "zero": 3}
 

@@ -1,19 +1,19 @@
-"""Records: the lane values, the write-back records and the next EXEC or END (layers 12-14).
+"""Records: the lane values, the write-back records and the next EXEC or END (the last three layers).
 
-- Layer 12 writes the lane value prediction: at record position d (0..7) the model writes half d % 2 of lane d // 2's
+- Layer EMIT writes the lane value prediction: at record position d (0..7) the model writes half d % 2 of lane d // 2's
   value, which is X for an active lane and the old dst register for an inactive one. It also marks whether the lane
   stores (active and the block stores) and whether its X is nonzero (the branch condition).
-- Layer 13 keeps the record's lanes table (row = lane, reset at every EXEC), written at the position that computes
+- Layer RECORD keeps the record's lanes table (row = lane, reset at every EXEC), written at the position that computes
   the lane's hi half: active, stores, the store address's low byte, X nonzero; four replicas each read one lane's
   flags, and the MLP finds which lane the s-th write-back belongs to, where the record ends, and the first active lane
   (whose X decides a uniform branch).
-- Layer 14 replicates the table, with the lane's X as a second table, and writes the write-back records
+- Layer WRITE_BACK replicates the table, with the lane's X as a second table, and writes the write-back records
   (MEM address, VAL lo, VAL hi) and, at the end, the next EXEC (branch target or fall-through) or END.
 """
 from __future__ import annotations
 
 from ..isa import LANES
-from .compiler import NIBBLES, Circuit
+from .compiler import EMIT, NIBBLES, RECORD, WRITE_BACK, Circuit
 from .control import next_block_units
 from .layers import Source
 from .registers import WORD
@@ -30,19 +30,19 @@ def build(circuit: Circuit) -> None:
     out = [r[f"out_nibble{i}"] for i in range(NIBBLES)]
 
     # -- layer 12: lane values ------------------------------------------------------------------------------------
-    L[12].unit("a lane value is a VAL", [(distance, list(range(2 * LANES)))], [(r["out_family"], "VAL")])
+    L[EMIT].unit("a lane value is a VAL", [(distance, list(range(2 * LANES)))], [(r["out_family"], "VAL")])
     for half in (0, 1):
         positions = (distance, [2 * n + half for n in range(LANES)])
         for i in range(NIBBLES):
             for v in range(1, 16):
-                L[12].unit("lane value", [positions, (active, True), (x[4 * half + i], v)], [(out[i], v)])
-                L[12].unit("inactive lane value", [positions, (active, False), (lane, list(range(LANES))),
+                L[EMIT].unit("lane value", [positions, (active, True), (x[4 * half + i], v)], [(out[i], v)])
+                L[EMIT].unit("inactive lane value", [positions, (active, False), (lane, list(range(LANES))),
                                                    (old[4 * half + i], v)], [(out[i], v)])
     stores = r.group("stores", (False, True))
-    L[12].unit("lane stores", [(active, True), circuit.flag("store_enable", True)], [(stores, True)])
+    L[EMIT].unit("lane stores", [(active, True), circuit.flag("store_enable", True)], [(stores, True)])
     nonzero = r.group("x_nonzero", (False, True))
     for i in range(WORD):
-        L[12].unit(f"x nonzero at nibble {i}", [(x[j], 0) for j in range(i)] + [(x[i], list(range(1, 16)))],
+        L[EMIT].unit(f"x nonzero at nibble {i}", [(x[j], 0) for j in range(i)] + [(x[i], list(range(1, 16)))],
                    [(nonzero, True)])
 
     # -- layers 13-14: the record's lanes table ---------------------------------------------------------------------
@@ -54,7 +54,7 @@ def build(circuit: Circuit) -> None:
     active_mask = [r.group(f"active_lane{n}", (False, True)) for n in range(LANES)]
     store_mask = [r.group(f"storing_lane{n}", (False, True)) for n in range(LANES)]
     for n in range(LANES):
-        L[13].table(f"record lanes (lane {n})", writes=writes, values=flags, when=when, reset_when=reset,
+        L[RECORD].table(f"record lanes (lane {n})", writes=writes, values=flags, when=when, reset_when=reset,
                     reads=[(n, [], 0)], outputs={0: (active_mask[n], {True: True}), 1: (store_mask[n], {True: True})})
     write_back_lane = r.group("write_back_lane", (None, *range(LANES)))
     first_active = r.group("first_active_lane", (None, *range(LANES)))
@@ -65,38 +65,38 @@ def build(circuit: Circuit) -> None:
         lanes = [n for n in range(LANES) if mask >> n & 1]
         for s, n in enumerate(lanes):
             here = (distance, [FIRST_WRITE_BACK + 3 * s + phase for phase in range(3)])
-            L[13].unit(f"write-back {s} is lane {n}", pattern + [here], [(write_back_lane, n)])
-        L[13].unit("record ends", pattern + [(distance, FIRST_WRITE_BACK + 3 * len(lanes))], [(end, True)])
+            L[RECORD].unit(f"write-back {s} is lane {n}", pattern + [here], [(write_back_lane, n)])
+        L[RECORD].unit("record ends", pattern + [(distance, FIRST_WRITE_BACK + 3 * len(lanes))], [(end, True)])
         if mask:
             act = [(active_mask[n], bool(mask >> n & 1)) for n in range(LANES)]
-            L[13].unit(f"first active lane {lanes[0]}", act + [(distance, list(range(FIRST_WRITE_BACK, last + 1)))],
+            L[RECORD].unit(f"first active lane {lanes[0]}", act + [(distance, list(range(FIRST_WRITE_BACK, last + 1)))],
                        [(first_active, lanes[0])])
 
     wb_address = [r.group(f"write_back_address{i}", range(16)) for i in range(2)]
     wb_value = [r.group(f"write_back_value{i}", range(16)) for i in range(WORD)]
     branch_nonzero = r.group("branch_nonzero", (False, True))
-    L[14].table("record lanes by write-back", writes=writes, values=flags, when=when, reset_when=reset,
+    L[WRITE_BACK].table("record lanes by write-back", writes=writes, values=flags, when=when, reset_when=reset,
                 reads=[(n, [(write_back_lane, n)], 0) for n in range(LANES)],
                 outputs={2 + i: (wb_address[i], {v: v for v in range(16)}) for i in range(2)})
-    L[14].table("record lanes by first active", writes=writes, values=flags, when=when, reset_when=reset,
+    L[WRITE_BACK].table("record lanes by first active", writes=writes, values=flags, when=when, reset_when=reset,
                 reads=[(n, [(first_active, n)], 0) for n in range(LANES)],
                 outputs={4: (branch_nonzero, {True: True})})
-    L[14].table("record values", writes=writes, values=[Source(g) for g in x], when=when, reset_when=reset,
+    L[WRITE_BACK].table("record values", writes=writes, values=[Source(g) for g in x], when=when, reset_when=reset,
                 reads=[(n, [(write_back_lane, n)], 0) for n in range(LANES)],
                 outputs={i: (wb_value[i], {v: v for v in range(16)}) for i in range(WORD)})
     lanes_any = (write_back_lane, list(range(LANES)))
     for s in range(LANES):
         header, lo, hi = (FIRST_WRITE_BACK + 3 * s + phase for phase in range(3))
-        L[14].unit("write-back header", [(distance, header), lanes_any], [(r["out_family"], "MEM")])
+        L[WRITE_BACK].unit("write-back header", [(distance, header), lanes_any], [(r["out_family"], "MEM")])
         for v in range(1, 16):
-            L[14].unit("write-back address", [(distance, header), lanes_any, (wb_address[0], v)], [(out[0], v)])
+            L[WRITE_BACK].unit("write-back address", [(distance, header), lanes_any, (wb_address[0], v)], [(out[0], v)])
             if v & 7:
-                L[14].unit("write-back address", [(distance, header), lanes_any, (wb_address[1], v)],
+                L[WRITE_BACK].unit("write-back address", [(distance, header), lanes_any, (wb_address[1], v)],
                            [(out[1], v & 7)])
         for position, half in ((lo, 0), (hi, 1)):
-            L[14].unit("write-back value", [(distance, position), lanes_any], [(r["out_family"], "VAL")])
+            L[WRITE_BACK].unit("write-back value", [(distance, position), lanes_any], [(r["out_family"], "VAL")])
             for i in range(NIBBLES):
                 for v in range(1, 16):
-                    L[14].unit("write-back value", [(distance, position), lanes_any, (wb_value[4 * half + i], v)],
+                    L[WRITE_BACK].unit("write-back value", [(distance, position), lanes_any, (wb_value[4 * half + i], v)],
                                [(out[i], v)])
     next_block_units(circuit, end, branch_nonzero)

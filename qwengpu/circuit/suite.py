@@ -63,6 +63,18 @@ def spin_stream():
     return dev.tokens
 
 
+def sgd_stream(seed: int = 2):
+    """The XOR MLP's SGD step on 13 parameters (four warps): p -= (g + 32) >> 6, in int32."""
+    rng = np.random.default_rng(seed)
+    dev = Device()
+    params, grads = dev.alloc(13), dev.alloc(13)
+    dev.write(params, rng.integers(-2**31, 2**31, 13))
+    dev.write(grads, rng.integers(-2**31, 2**31, 13))
+    dev.launch(dev.load_kernel(KERNELS / "mlp.cu", "sgd"), threads=13, args=[params, grads])
+    dev.read(params, 13)
+    return dev.tokens
+
+
 def collective_streams(nranks: int = 2, count: int = 4):
     """qccl collectives over QLink (the prim and mcast kernels in their modes): one stream per rank."""
     import qccl
@@ -98,9 +110,13 @@ def collective_streams(nranks: int = 2, count: int = 4):
     return streams
 
 
-def kernel_streams():
-    """(name, token stream) for every part of the kernel suite the circuit computes."""
-    return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), *collective_streams()]
+def kernel_streams(fuzz_seeds: int = 2):
+    """(name, token stream) for every part of the kernel suite the circuit computes, and random programs."""
+    from .compiler import SUPPORTED_OPS
+    from .fuzz import random_stream
+    return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), ("sgd", sgd_stream()),
+            *collective_streams(), *((f"random program {seed}", random_stream(seed, SUPPORTED_OPS))
+                                     for seed in range(fuzz_seeds))]
 
 
 def not_compiled() -> list[tuple[str, str]]:
@@ -110,7 +126,7 @@ def not_compiled() -> list[tuple[str, str]]:
     dev = Device(backend="circuit")
     mlp = KERNELS / "mlp.cu"
     for name, threads, args in (("mlp_forward", 4, [0, 40, 60]), ("mlp_backward", 4, [0, 40, 60]),
-                                ("mlp_loss", 4, [40, 60]), ("sgd", 13, [0, 40])):
+                                ("mlp_loss", 4, [40, 60])):
         try:
             dev.start(dev.load_kernel(mlp, name), threads, args)
         except MachineError as error:
