@@ -11,7 +11,7 @@ from qwengpu.circuit.layers import QWEN35_2B
 from qwengpu.circuit.suite import KERNELS, kernel_streams
 from qwengpu.circuit.verify import verify
 
-STREAMS = dict(kernel_streams())
+STREAMS = dict(kernel_streams(fuzz_seeds=0))
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_a_kernel_outside_the_circuit_is_refused_before_it_starts():
     np.testing.assert_array_equal(dev.read(0, 1), [5])
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_random_programs_over_every_compiled_op(circuit_backend, seed):
     from qwengpu.circuit.compiler import SUPPORTED_OPS
     from qwengpu.circuit.fuzz import random_stream
