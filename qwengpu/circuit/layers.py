@@ -16,7 +16,6 @@ Every scale below is chosen so that each value is a small dyadic number and each
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 from .basis import HOT, CircuitError, Group, Residual
@@ -223,10 +222,3 @@ def dense(entries: dict, shape: tuple[int, int]):
     for (r, c), v in entries.items():
         out[r, c] = v
     return out
-
-
-def by_row(entries: dict) -> dict:
-    rows = defaultdict(dict)
-    for (r, c), v in entries.items():
-        rows[r][c] = v
-    return rows

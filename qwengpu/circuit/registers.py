@@ -12,7 +12,7 @@ an operand whose register field is TID, and classifies the block's op.
 """
 from __future__ import annotations
 
-from ..isa import LANES, NONE, REGISTERS, TID
+from ..isa import LANES, REGISTERS, TID
 from .compiler import NIBBLES, OP_CLASSES, Circuit, op_code
 from .layers import Source
 
@@ -62,4 +62,3 @@ def build(circuit: Circuit) -> None:
     op_class = r.group("op_class", (None, *sorted(set(OP_CLASSES.values()))))
     for op, kind in OP_CLASSES.items():
         layer.unit(f"op {op} is {kind}", circuit.field("op", op_code(op)), [(op_class, kind)])
-    assert NONE not in range(REGISTERS) and TID not in range(REGISTERS)
