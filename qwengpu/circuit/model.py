@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -132,6 +133,11 @@ def vocabulary(circuit: Circuit) -> dict:
             "layers": [layer.purpose for layer in circuit.layers]}
 
 
+@functools.lru_cache(maxsize=2)
+def _shared_model(circuit: Circuit, dtype: str, device: str):
+    return build_model(circuit, dtype, device)
+
+
 class ModelBackend:
     """Backend ``model``: a transformers Qwen3.5 model holding the compiled circuit, decoded greedily."""
 
@@ -150,7 +156,9 @@ class ModelBackend:
             self.supports, self.supported_ops = tuple(description["supports"]), tuple(description["supported_ops"])
         else:
             circuit = circuit if circuit is not None else compiled(width or QWEN35_2B)
-            self.model = build_model(circuit, dtype, device)
+            # The weights are read-only and each backend has its own cache, so devices share one model (QLink's
+            # ranks in one process); a traced backend hooks its layers and keeps a model of its own.
+            self.model = build_model(circuit, dtype, device) if trace else _shared_model(circuit, dtype, device)
             self.supports, self.supported_ops = circuit.supports, circuit.supported_ops
         self.torch, self.device, self.trace = torch, device, trace
         self.residuals: list[np.ndarray] = []
