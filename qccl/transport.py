@@ -88,7 +88,8 @@ class Stall:
             return f"rank {self.rank}: idle{' (' + self.note + ')' if self.note else ''}"
         what = f" ({self.flag})" if self.flag else ""
         cond = {"lt_s": ">=", "lt_u": ">=", "ne": "==", "eq": "!="}.get(self.op, f"[{self.op}]")
-        return (f"rank {self.rank}: kernel {self.kernel} spins on address {self.address}{what}: value {self.value}, "
+        return (f"rank {self.rank}: kernel {self.kernel} spins on address {self.address}{what}: value "
+                f"{'unknown' if self.value is None else self.value}, "
                 f"waits for {cond} {self.expected}{' during ' + self.note if self.note else ''}")
 
 

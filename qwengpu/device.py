@@ -25,7 +25,7 @@ import numpy as np
 
 from . import tokens as T
 from .interpreter import Interpreter, Wait
-from .isa import LANES, SINK, MachineError, encode_block
+from .isa import LANES, NONE, SINK, MachineError, encode_block
 from .lower import Program, lower
 from .ptx import parse
 from .toolchain import ptx_for
@@ -265,6 +265,8 @@ class Device:
             stores.append(self._write_back(kernel, block, token))
         run = getattr(self.backend, "last", None)
         record = Record(kernel.name, block, [], stores, None, getattr(run, "wait", None), [])
+        if run is None:             # a backend that shows only tokens: a spin loop is known by its block and EXEC
+            record.wait = self._spin_wait(block, token)
         values = self.tokens[first + 1:first + 1 + 2 * LANES]
         record.values = [T.argument(values[2 * i].id) | (T.argument(values[2 * i + 1].id) << 16)
                          for i in range(LANES)]
@@ -283,6 +285,17 @@ class Device:
             record.next = T.argument(token)
         record.tokens = self.tokens[first:]
         return record
+
+    def _spin_wait(self, index: int, next_token: int) -> Wait | None:
+        """A record of a spin block (a load and a conditional branch back to itself) that branched back: what it
+        waits on, from the block's immediates (the loaded value is not in the stream, so it is None)."""
+        block = self._launch["program"].blocks[index]
+        if not (block.load and block.branch in ("nonzero", "zero") and block.target == index
+                and next_token == T.EXEC(index)):
+            return None
+        address = block.a.imm if block.a.reg == NONE else -1
+        expected = block.b.imm if block.b.reg == NONE else -1
+        return Wait(address, None, expected, block.op)
 
     def _write_back(self, kernel: Kernel, block: int, header: int) -> tuple[int, int]:
         address = T.argument(header)

@@ -17,9 +17,10 @@ from .isa import EXIT, LANES, MEMORY_WORDS, NONE, REGISTERS, ROW_WORDS, SINK, TI
 
 @dataclass(frozen=True)
 class Wait:
-    """What a spin-loop record waited for: the flag's address, the value it read, the operand it compares with."""
+    """What a spin-loop record waited for: the flag's address, the value it read (None where the backend shows only
+    tokens), the operand it compares with."""
     address: int
-    value: int
+    value: int | None
     expected: int
     op: str
 

@@ -104,3 +104,18 @@ def test_random_programs_over_every_compiled_op(circuit_backend, seed):
     result = verify(circuit_backend, random_stream(100 + seed, SUPPORTED_OPS))
     circuit_backend.restore(state)
     assert result.compared > 500 and result.mismatches == [], str(result)
+
+
+def test_a_deadlock_on_the_circuit_backend_is_detected():
+    # Only tokens come out of the circuit: the device knows a spin loop by its block and the EXEC the model wrote.
+    comms = qccl.Communicator.init_all(2, config={"fifo_slots": 1, "backend": "circuit"})
+    x = [np.arange(4, dtype=np.int32) for _ in range(2)]
+    y = [np.zeros(4, np.int32) for _ in range(2)]
+    with pytest.raises(qccl.DeadlockError) as e:
+        with qccl.group():
+            for c in comms:
+                c.allreduce(x[c.rank], y[c.rank])
+    head = comms[0].heap.ring.head
+    assert set(e.value.waits) == {0, 1}
+    assert all(w.kernel == "prim" and w.address == head and w.value is None for w in e.value.waits.values())
+    assert "value unknown" in str(e.value)

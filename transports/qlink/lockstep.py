@@ -119,7 +119,8 @@ class Lockstep:
         w = self.last[rank].wait if dev.busy and self.last[rank] is not None else None
         spinning = w is not None and self.last[rank].next == self.last[rank].block
         return Status(busy=dev.busy, queued=len(self.queues[rank]), progress=progress,
-                      wait_address=w.address if spinning else -1, wait_value=w.value if spinning else 0,
+                      wait_address=w.address if spinning else -1,
+                      wait_value=w.value if spinning and w.value is not None else -1,
                       wait_expected=w.expected if spinning else 0)
 
     def stall_report(self, statuses: dict) -> dict:
