@@ -189,7 +189,8 @@ class Device:
                     where = ""
                     if record.wait is not None:
                         w = record.wait
-                        where = (f"; it spins on address {w.address} (value {w.value}, waits on {w.op} "
+                        value = "unknown" if w.value is None else w.value
+                        where = (f"; it spins on address {w.address} (value {value}, waits on {w.op} "
                                  f"{w.expected})")
                     raise MachineError(f"kernel {kernel.name} still running after {records} records{where}")
         except Exception:
