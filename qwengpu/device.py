@@ -234,8 +234,9 @@ class Device:
         ops = getattr(self.backend, "supported_ops", None)
         if ops is None:
             return
+        atomics = getattr(self.backend, "atomics", True)
         for index, block in enumerate(program.blocks):
-            if block.op not in ops or block.atomic:
+            if block.op not in ops or (block.atomic and not atomics):
                 what = "atomic blocks" if block.atomic else f"op {block.op}"
                 raise MachineError(f"kernel {kernel.name} block {index} ({block}): the {self.backend_name} backend's "
                                    f"circuit does not compute {what} yet (it has {', '.join(ops)}); run it on "

@@ -119,3 +119,26 @@ def test_a_deadlock_on_the_circuit_backend_is_detected():
     assert set(e.value.waits) == {0, 1}
     assert all(w.kernel == "prim" and w.address == head and w.value is None for w in e.value.waits.values())
     assert "value unknown" in str(e.value)
+
+
+def test_atomic_lanes_see_the_stores_of_the_lanes_before_them(circuit_backend):
+    from qwengpu.circuit.fuzz import DATA, program_stream
+    from qwengpu.isa import EXIT, NONE, TID, Block, Operand
+    shared = Operand(NONE, DATA + 3)
+    own = Operand(TID, DATA + 10)
+    program = [
+        Block(op="b", b=Operand(TID, 1), dst=0),                                     # r0 = tid + 1
+        Block(op="and", a=Operand(TID), b=Operand(NONE, 1), dst=1),                  # r1 = tid & 1
+        Block(op="add", a=shared, load=True, b=Operand(0), store=NONE, store_imm=shared.imm, store_enable=True,
+              atomic=True),                                                           # all lanes add into one word
+        Block(op="add", a=own, load=True, b=Operand(NONE, 7), store=TID, store_imm=own.imm, store_enable=True,
+              atomic=True, pred=1),                                                   # odd lanes, each its own word
+        Block(op="sub", a=shared, load=True, b=Operand(1), store=NONE, store_imm=shared.imm, store_enable=True,
+              atomic=True, pred=1, pred_negate=True, branch="always", target=EXIT),   # even lanes subtract
+    ]
+    from qwengpu.lower import Program
+    stream = program_stream(Program("atomics", program, 2, False, []), threads=7, data=np.arange(DATA))
+    state = circuit_backend.snapshot()
+    result = verify(circuit_backend, stream)
+    circuit_backend.restore(state)
+    assert result.compared > 100 and result.mismatches == [], str(result)

@@ -8,8 +8,9 @@ Subtraction adds the complement with a carry in; a comparison reads the subtract
 propagate" for equality), with the top bits flipped for signed order.
 
 - Layers 6-7 (``operands``): A = R[a] + imm_a, B = R[b] + imm_b, and the store address's low byte R[s] + imm_s.
+- Layer 6: the lane's activity (its warp has it and its predicate holds).
 - Layers 9-12 (``alu``): X = op(A, B) for the ops in compiler.SUPPORTED_OPS (add, sub, compares, min / max, and /
-  or / xor, shifts), then the lane's activity (its warp has it and its predicate holds).
+  or / xor, shifts).
 """
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ IMMEDIATE_WORDS = {"a": 4, "b": 6, "s": 8}      # ROM word holding the low half 
 
 
 def operands(circuit: Circuit) -> list[Group]:
-    """Layers 6-7: the three operand adders. Returns the digit groups, to be freed once layer 8 has cleared them."""
+    """Layers 6-7: the three operand adders, and the lane's activity (layer 6: the memory layer's pending-store table
+    needs it). Returns the digit groups, to be freed once layer 8 has cleared them."""
     r = circuit.residual
     L = circuit.layers
+    _activity(circuit)
     digits, results = [], {}
     for name, width in (("a", WORD), ("b", WORD), ("s", 2)):
         word = IMMEDIATE_WORDS[name]
@@ -96,19 +99,22 @@ def alu(circuit: Circuit) -> None:
     _bitwise(circuit, a, b, x)
     _shifts(circuit, a, b, x)
 
-    # layer 11: is the lane active? It exists in the warp, and its predicate (if any) holds.
+
+def _activity(circuit: Circuit) -> None:
+    """Layer 6: is the lane active? It exists in the warp, and its predicate (if any) holds."""
+    r = circuit.residual
+    layer = circuit.layers[6]
     active = r.group("active", (False, True))
     lane, lanes = r["lane"], r["warp_lanes"]
     lo, hi = r["pred_lo_nonzero"], r["pred_hi_nonzero"]
+    has_pred = [_high_nibble(circuit, "pred", 0)]           # a register 0..14, not NONE
+    keep, negate = circuit.flag("pred_negate", False), circuit.flag("pred_negate", True)
     for n in range(LANES):
         exists = [(lane, n), (lanes, list(range(n + 1, LANES + 1)))]
-        L[11].unit(f"lane {n} runs unpredicated", exists + circuit.field("pred", NONE), [(active, True)])
-        has_pred = [_high_nibble(circuit, "pred", 0)]           # a register 0..14, not NONE
-        keep = circuit.flag("pred_negate", False)
-        negate = circuit.flag("pred_negate", True)
-        L[11].unit(f"lane {n} predicate lo", exists + has_pred + [keep, (lo, True)], [(active, True)])
-        L[11].unit(f"lane {n} predicate hi", exists + has_pred + [keep, (lo, False), (hi, True)], [(active, True)])
-        L[11].unit(f"lane {n} predicate zero", exists + has_pred + [negate, (lo, False), (hi, False)],
+        layer.unit(f"lane {n} runs unpredicated", exists + circuit.field("pred", NONE), [(active, True)])
+        layer.unit(f"lane {n} predicate lo", exists + has_pred + [keep, (lo, True)], [(active, True)])
+        layer.unit(f"lane {n} predicate hi", exists + has_pred + [keep, (lo, False), (hi, True)], [(active, True)])
+        layer.unit(f"lane {n} predicate zero", exists + has_pred + [negate, (lo, False), (hi, False)],
                    [(active, True)])
 
 

@@ -66,6 +66,7 @@ class Circuit:
     layers: list[Layer] = field(default_factory=list)
     supports: tuple[str, ...] = ("write", "read", "launch")
     supported_ops: tuple[str, ...] = SUPPORTED_OPS
+    atomics: bool = True
 
     # -- vocabulary ------------------------------------------------------------------------------------------------
     @staticmethod

@@ -14,7 +14,7 @@ from ..lower import Program
 DATA = 64           # the program's words live at 0..DATA-1; stores go to DATA..SINK-1
 
 
-def random_program(rng: np.random.Generator, ops, blocks: int = 12) -> Program:
+def random_program(rng: np.random.Generator, ops, blocks: int = 12, atomics: bool = True) -> Program:
     """Blocks that first fill registers with random words, then apply random ops, then store every register."""
     program = []
     edges = (0, 1, 2, 3, 7, 8, 15, 16, 31, 32, 33, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF)
@@ -47,6 +47,9 @@ def random_program(rng: np.random.Generator, ops, blocks: int = 12) -> Program:
             block.update(pred=int(rng.integers(0, 6)), pred_negate=bool(rng.random() < 0.5))
         if rng.random() < 0.3:
             block.update(store=TID, store_imm=int(rng.integers(DATA, SINK - 8)), store_enable=True)
+        if atomics and rng.random() < 0.15:                    # lanes adding into one word, or each into its own
+            where = Operand(NONE if rng.random() < 0.6 else TID, int(rng.integers(DATA, SINK - 8)))
+            block.update(a=where, load=True, store=where.reg, store_imm=where.imm, store_enable=True, atomic=True)
         program.append(Block(**block))
     for reg in range(6):
         program.append(Block(op="a", a=Operand(reg), store=TID, store_imm=DATA + 8 * reg, store_enable=True))
@@ -60,8 +63,13 @@ def random_stream(seed: int, ops, threads: int = 6, blocks: int = 12):
     """An interpreter device's stream: random data, one random program launched on ``threads`` threads, reads."""
     rng = np.random.default_rng(seed)
     program = random_program(rng, ops, blocks)
+    return program_stream(program, threads, rng.integers(-2**31, 2**31, DATA))
+
+
+def program_stream(program: Program, threads: int, data):
+    """An interpreter device's stream: ``data`` at word 0, ``program`` launched on ``threads`` threads, reads."""
     dev = Device()
-    dev.write(0, rng.integers(-2**31, 2**31, DATA))
+    dev.write(0, data)
     kernel = Kernel("fuzz", None, "")
     kernel._programs[((), threads)] = program
     dev.launch(kernel, threads=threads, args=[])

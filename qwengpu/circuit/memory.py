@@ -8,6 +8,9 @@ written reads as zero, the word 0.
 - ``memory lo`` / ``memory hi`` answer the host's READ a: the model writes the lo VAL at the READ (q from tap 0) and
   the hi VAL one token later (q from tap 1).
 - ``memory load`` reads the word at A (its low 7 bits) for a block that loads, and the MLP replaces A by it.
+- ``pending stores`` / ``pending store present`` keep, for an atomic block, what the record's earlier active lanes
+  stored (row = address, reset at every EXEC): a lane of an atomic block loads an earlier lane's store where there is
+  one, as the lanes of an atomic run one after another.
 """
 from __future__ import annotations
 
@@ -37,16 +40,40 @@ def build(circuit: Circuit) -> None:
     # loads: A's low 7 bits name the word (bit 7 is ignored: a valid address is below 127)
     a = [r[f"a{i}"] for i in range(WORD)]
     loads = [circuit.flag("load", True), (distance, list(range(8)))]
+
+    def query(w):
+        return [(a[0], w & 15), (a[1], [w >> 4, (w >> 4) | 8])]
+
     loaded = [r.group(f"loaded{i}", range(16)) for i in range(WORD)]
-    reads = [(w, loads + [(a[0], w & 15), (a[1], [w >> 4, (w >> 4) | 8])], 0) for w in range(SINK)]
-    layer.table("memory load", writes=writes, key_tap=2, values=value, when=when, reads=reads,
+    layer.table("memory load", writes=writes, key_tap=2, values=value, when=when,
+                reads=[(w, loads + query(w), 0) for w in range(SINK)],
                 outputs={i: (loaded[i], {v: v for v in range(16)}) for i in range(WORD)})
+    # atomics: the stores of the record's earlier lanes, by address (the lane's hi VAL is fed two positions after
+    # the position that computed its store address and activity, so those come from conv tap 1)
+    atomic = circuit.flag("atomic", True)
+    address = [r["address0"], r["address1"]]
+    pending_writes = [(w, [(address[0], w & 15), (address[1], [w >> 4, (w >> 4) | 8]), (r["active"], True)])
+                      for w in range(SINK)]
+    pending_when = [atomic, (distance, [2, 4, 6])]
+    reset = [(family, "EXEC")]
+    pending = [r.group(f"pending{i}", range(16)) for i in range(WORD)]
+    hit = r.group("pending_hit", (False, True))
+    atomic_reads = [(w, loads + [atomic] + query(w), 0) for w in range(SINK)]
+    layer.table("pending stores", writes=pending_writes, key_tap=1, values=value, when=pending_when,
+                reset_when=reset, reads=atomic_reads,
+                outputs={i: (pending[i], {v: v for v in range(16)}) for i in range(WORD)})
+    layer.table("pending store present", writes=pending_writes, key_tap=1, values=[Source(family)],
+                when=pending_when, reset_when=reset, reads=atomic_reads, outputs={0: (hit, {"VAL": True})})
     for i in range(WORD):
         for old in range(16):
             for new in range(16):
-                moves = [(a[i], new, old)] + ([(loaded[i], 0, new)] if new else [])
-                if old == new and not new:
-                    continue
-                layer.unit(f"A = loaded word nibble {i}", loads + [(a[i], old), (loaded[i], new)], moves)
-    for group in loaded:
+                for source, other, present in ((loaded[i], pending[i], False), (pending[i], loaded[i], True)):
+                    moves = [(a[i], new, old)] + ([(source, 0, new)] if new else [])
+                    if old == new and not new:
+                        continue
+                    layer.unit(f"A = {'pending store' if present else 'loaded word'} nibble {i}",
+                               loads + [(hit, present), (a[i], old), (source, new)], moves)
+        for v in range(1, 16):                          # the word that lost to a pending store is dropped
+            layer.unit(f"drop loaded nibble {i}", loads + [(hit, True), (loaded[i], v)], [(loaded[i], 0, v)])
+    for group in loaded + pending:
         r.free(group)

@@ -129,7 +129,8 @@ def vocabulary(circuit: Circuit) -> dict:
     """What each token id means (qwengpu.tokens) and where the circuit keeps each group in the residual."""
     families = {name: {"first": base, "count": count} for name, base, count in T._FAMILIES}
     return {"vocab_size": T.VOCAB_SIZE, "families": families, "grammar": T.__doc__,
-            "supports": list(circuit.supports), "supported_ops": list(circuit.supported_ops), "residual": circuit.residual.describe(),
+            "supports": list(circuit.supports), "supported_ops": list(circuit.supported_ops),
+            "atomics": circuit.atomics, "residual": circuit.residual.describe(),
             "layers": [layer.purpose for layer in circuit.layers]}
 
 
@@ -154,12 +155,14 @@ class ModelBackend:
             self.model.eval()
             description = json.loads((Path(checkpoint) / VOCAB_FILE).read_text())
             self.supports, self.supported_ops = tuple(description["supports"]), tuple(description["supported_ops"])
+            self.atomics = description["atomics"]
         else:
             circuit = circuit if circuit is not None else compiled(width or QWEN35_2B)
             # The weights are read-only and each backend has its own cache, so devices share one model (QLink's
             # ranks in one process); a traced backend hooks its layers and keeps a model of its own.
             self.model = build_model(circuit, dtype, device) if trace else _shared_model(circuit, dtype, device)
             self.supports, self.supported_ops = circuit.supports, circuit.supported_ops
+            self.atomics = circuit.atomics
         self.torch, self.device, self.trace = torch, device, trace
         self.residuals: list[np.ndarray] = []
         if trace:
