@@ -11,10 +11,12 @@ L3                             which lane a record position computes, which lane
 L4   qwengpu.circuit.control   the program ROM: ten heads, row = block, each holding one 16-bit word
 L5   qwengpu.circuit.registers the register file (row = lane * 16 + register) and its nonzero flags; operand
                                and predicate reads; thread index; the op's class
-L6-7 qwengpu.circuit.arithmetic operand adders (register + immediate) for A, B and the store address
-L8   qwengpu.circuit.memory    global memory (row = address), the host's reads, loads
+L6-7 qwengpu.circuit.arithmetic operand adders (register + immediate) for A, B and the store address; the
+                               lane's activity
+L8   qwengpu.circuit.memory    global memory (row = address), the host's reads, loads; an atomic record's
+                               pending stores
 L9-12 qwengpu.circuit.arithmetic the ALU: add / subtract / compare chain, selection, bitwise ops, shifts (by
-                               nibbles, then bits), the lane's activity
+                               nibbles, then bits)
 L13  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
 L14-15 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
 ==== ========================= ============================================================================
@@ -39,9 +41,9 @@ LOGIT = 8.0             # output-head weight per matching slot: the right token 
 PURPOSES = (
     "context: previous families, current block, ROM row, distances",
     "warp header; distance chain", "distance chain", "distance chain; lanes", "program ROM; distance chain",
-    "register file; operands; thread index; op class", "operand adders: digits; distance chain",
-    "operand adders: carries", "memory: writes, host reads, loads", "ALU: digits; shift range",
-    "ALU: carries, compare, and; shift by nibbles", "ALU: select, or; shift bits; lane activity",
+    "register file; operands; thread index; op class", "operand adders: digits; lane activity; distance chain",
+    "operand adders: carries", "memory: writes, host reads, loads, pending atomic stores", "ALU: digits; shift range",
+    "ALU: carries, compare, and; shift by nibbles", "ALU: select, or; shift bits",
     "ALU: shift combine, xor", "lane values; store and branch flags", "record lanes table; write-back order",
     "write-back records; next EXEC or END",
 )
