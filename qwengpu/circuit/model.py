@@ -222,3 +222,18 @@ class ModelBackend:
                              attention_mask={"full_attention": None, "linear_attention": None})
         self._logits = out.logits[0, -1].float()
         self.position += 1
+
+
+def main(argv=None) -> None:
+    """``python -m qwengpu.circuit.model DIR``: compile the circuit and save it as a Hugging Face checkpoint."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m qwengpu.circuit.model", description=main.__doc__)
+    parser.add_argument("directory")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    args = parser.parse_args(argv)
+    path = save_checkpoint(args.directory, dtype=args.dtype)
+    print(f"saved {path} (load it with AutoModelForCausalLM.from_pretrained({str(path)!r}))")
+
+
+if __name__ == "__main__":
+    main()
