@@ -98,6 +98,12 @@ def collective_streams(nranks: int = 2, count: int = 4):
             c.allgather(send[c.rank], gathered[c.rank])
     with qccl.group():
         for c in comms:
+            c.allgather(send[c.rank], gathered[c.rank], algo="multicast")     # the mcast kernel
+    with qccl.group():
+        for c in comms:
+            c.allreduce(send[c.rank], recv[c.rank], op="min", algo="multicast")
+    with qccl.group():
+        for c in comms:
             c.reduce_scatter(send[c.rank], scattered[c.rank], op="min")
     with qccl.group():
         for c in comms:
