@@ -2,6 +2,7 @@
 
     python -m bench.circuit_speed                   # replays the vadd kernel's stream on each backend
     python -m bench.circuit_speed --dtypes bfloat16
+    python -m bench.circuit_speed --allreduce       # also a 4-rank, 16-word AllReduce over QLink on the circuit
 
 Each backend is fed the same recorded stream one token at a time (every token is a forward pass with the recurrent
 cache); the table gives the median and the 90th percentile of the per-token times, the build time, and whether every
@@ -38,9 +39,30 @@ def measure(label: str, make, stream) -> str:
             f"{len(stream):>6} | {wrong:>10} |")
 
 
+def allreduce(nranks: int = 4, count: int = 16) -> str:
+    """Wall time of one AllReduce over QLink with every rank on the circuit backend, checked against numpy."""
+    import numpy as np
+
+    import qccl
+    comms = qccl.Communicator.init_all(nranks, transport="qlink", config={"backend": "circuit"})
+    send = [np.random.default_rng(r).integers(-2**31, 2**31, count).astype(np.int32) for r in range(nranks)]
+    recv = [np.zeros(count, np.int32) for _ in range(nranks)]
+    started = time.perf_counter()
+    with qccl.group():
+        for c in comms:
+            c.allreduce(send[c.rank], recv[c.rank], op="sum")
+    seconds = time.perf_counter() - started
+    expect = np.sum(np.array(send, dtype=np.int64), axis=0).astype(np.int32)     # int32 wrap-around
+    same = all(np.array_equal(r, expect) for r in recv)
+    written = [c.stats["tokens_written"] for c in comms]
+    return (f"AllReduce {nranks} ranks x {count} words on the circuit over QLink: {seconds:.1f} s, "
+            f"{min(written)}-{max(written)} tokens written per rank, {'identical to' if same else 'DIFFERS from'} numpy")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.circuit_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="bfloat16,float32", help="model dtypes to time (comma separated)")
+    parser.add_argument("--allreduce", action="store_true", help="also time a 4-rank AllReduce on the circuit")
     args = parser.parse_args(argv)
     stream = vadd_stream()
     print("| backend          |      build | median/token |    p90/token | tokens | mismatches |")
@@ -49,6 +71,8 @@ def main(argv=None) -> None:
     for dtype in filter(None, args.dtypes.split(",")):
         from qwengpu.circuit.model import ModelBackend
         print(measure(f"model {dtype}", lambda: ModelBackend(dtype=dtype), stream), flush=True)
+    if args.allreduce:
+        print(allreduce(), flush=True)
 
 
 if __name__ == "__main__":
