@@ -61,6 +61,7 @@ def test_checkpoint_round_trips_through_from_pretrained(bf16, tmp_path):
     assert isinstance(loaded, Qwen3_5ForCausalLM)
     for (name, mine), (other, theirs) in zip(bf16.model.state_dict().items(), loaded.state_dict().items()):
         assert name == other and torch.equal(mine, theirs), name
+    del loaded
     dev = Device()
     dev.write(7, [123456789, -1, 0])
     dev.read(6, 4)
