@@ -86,8 +86,8 @@ class Device:
     """A QwenGPU: 4 lanes, 15 registers, a 32-block ROM, 127 words of memory (word 127 is the sink).
 
     backend: "interpreter" (the reference), "circuit" (the compiled weights evaluated exactly) or "model" (the
-    weights in transformers' Qwen3.5, options dtype= and device=); options go to the backend. router: set by a transport; ``router.route(address)`` returns an aperture
-    (with ``.multicast``) or None for local memory.
+    weights in transformers' Qwen3.5, options dtype= and device=); options go to the backend. router: set by a
+    transport; ``router.route(address)`` returns an aperture (with ``.multicast``) or None for local memory.
     """
 
     def __init__(self, backend: str = "interpreter", router=None, **options):
