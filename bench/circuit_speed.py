@@ -56,7 +56,8 @@ def allreduce(nranks: int = 4, count: int = 16) -> str:
     same = all(np.array_equal(r, expect) for r in recv)
     written = [c.stats["tokens_written"] for c in comms]
     return (f"AllReduce {nranks} ranks x {count} words on the circuit over QLink: {seconds:.1f} s, "
-            f"{min(written)}-{max(written)} tokens written per rank, {'identical to' if same else 'DIFFERS from'} numpy")
+            f"{min(written)}-{max(written)} tokens written per rank, "
+            f"{'identical to' if same else 'DIFFERS from'} numpy")
 
 
 def main(argv=None) -> None:

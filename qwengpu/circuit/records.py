@@ -97,6 +97,6 @@ def build(circuit: Circuit) -> None:
             L[WRITE_BACK].unit("write-back value", [(distance, position), lanes_any], [(r["out_family"], "VAL")])
             for i in range(NIBBLES):
                 for v in range(1, 16):
-                    L[WRITE_BACK].unit("write-back value", [(distance, position), lanes_any, (wb_value[4 * half + i], v)],
-                               [(out[i], v)])
+                    L[WRITE_BACK].unit("write-back value",
+                                       [(distance, position), lanes_any, (wb_value[4 * half + i], v)], [(out[i], v)])
     next_block_units(circuit, end, branch_nonzero)
