@@ -14,29 +14,20 @@ import argparse
 import statistics
 import time
 
-from qwengpu import tokens as T
 from qwengpu.circuit.exact import CircuitBackend
 from qwengpu.circuit.suite import vadd_stream
-from qwengpu.circuit.verify import _predicted_at
+from qwengpu.circuit.verify import verify
 
 
 def measure(label: str, make, stream) -> str:
     started = time.perf_counter()
     backend = make()
     build = time.perf_counter() - started
-    times, predictions, wrong = [], [], 0
-    for position, token in enumerate(stream):
-        if token.origin == T.MODEL and position > 0:
-            expected = token.written if token.written is not None else token.id
-            wrong += predictions[_predicted_at(stream, position)] != expected
-        started = time.perf_counter()
-        backend.feed(token.id)
-        times.append(time.perf_counter() - started)
-        predictions.append(backend.predict())
-    times.sort()
+    result = verify(backend, stream)
+    times = sorted(result.times)
     p90 = times[int(0.9 * (len(times) - 1))]
     return (f"| {label:<16} | {build:>8.1f} s | {statistics.median(times):>10.4f} s | {p90:>10.4f} s | "
-            f"{len(stream):>6} | {wrong:>10} |")
+            f"{len(stream):>6} | {len(result.mismatches):>10} |")
 
 
 def allreduce(nranks: int = 4, count: int = 16) -> str:

@@ -205,10 +205,6 @@ class Device:
         """Begin a launch: feed the program rows that changed and the first warp's header. Writes nothing yet."""
         if self._launch is not None:
             raise MachineError(f"start({kernel.name}): a launch of {self._launch['kernel'].name} is still running")
-        supports = getattr(self.backend, "supports", ("write", "read", "launch"))
-        if "launch" not in supports:
-            raise MachineError(f"start({kernel.name}): the {self.backend_name} backend's compiled circuit runs "
-                               f"{' and '.join(supports)} only; kernels run on the interpreter backend")
         threads = _integer(threads, "threads")
         if not 1 <= threads <= MAX_THREADS:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")

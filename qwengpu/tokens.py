@@ -90,7 +90,7 @@ def write_record(address: int, word: int) -> list[int]:
 
 def kind(token: int) -> str:
     """The family of a token: 'VAL', 'MEM', 'READ', 'EXEC', 'ROM', 'WARP' or 'END'."""
-    for name, base, count in _FAMILIES:
+    for name, base, count in FAMILIES:
         if base <= token < base + count:
             return name
     raise ValueError(f"token {token} is outside the vocabulary of {VOCAB_SIZE}")
@@ -98,7 +98,7 @@ def kind(token: int) -> str:
 
 def argument(token: int) -> int | None:
     """The number a token carries (the v of VAL v, the a of MEM a ...), None for WARP and END."""
-    for name, base, count in _FAMILIES:
+    for name, base, count in FAMILIES:
         if base <= token < base + count:
             return None if count == 1 else token - base
     raise ValueError(f"token {token} is outside the vocabulary of {VOCAB_SIZE}")
@@ -111,7 +111,7 @@ def name(token: int) -> str:
     return label if arg is None else f"{label} {arg}"
 
 
-_FAMILIES = (
+FAMILIES = (
     ("VAL", VAL_BASE, VAL_COUNT), ("MEM", MEM_BASE, MEMORY_WORDS), ("READ", READ_BASE, MEMORY_WORDS),
     ("EXEC", EXEC_BASE, ROM_BLOCKS), ("ROM", ROM_BASE, ROM_BLOCKS), ("WARP", WARP, 1), ("END", END, 1),
 )

@@ -35,7 +35,7 @@ from ..isa import OPS
 from .basis import HOT, CircuitError, Residual
 from .layers import QWEN35_2B, Layer, Width
 
-FAMILIES = ("VAL", "MEM", "READ", "EXEC", "ROM", "WARP", "END")
+FAMILIES = tuple(name for name, _, _ in T.FAMILIES)     # the token families, from the one grammar
 NIBBLES = 4             # nibbles of a token's argument
 LOGIT = 8.0             # output-head weight per matching slot: the right token beats every other by >= LOGIT
 PURPOSES = (
@@ -66,7 +66,6 @@ class Circuit:
     width: Width
     residual: Residual
     layers: list[Layer] = field(default_factory=list)
-    supports: tuple[str, ...] = ("write", "read", "launch")
     supported_ops: tuple[str, ...] = SUPPORTED_OPS
     atomics: bool = True
 
@@ -74,21 +73,13 @@ class Circuit:
     @staticmethod
     def token_slots(token: int) -> dict:
         """The embedding's hot slots for a token (the groups not named stay at their defaults)."""
-        family, arg = T.kind(token), T.argument(token)
-        arg = 0 if arg is None else arg
-        slots = {"family": family, "nonzero": family == "VAL" and arg != 0}
-        for i in range(NIBBLES):
-            slots[f"nibble{i}"] = (arg >> (4 * i)) & 15
-        return slots
+        family, arg = T.kind(token), T.argument(token) or 0
+        return {"family": family, "nonzero": family == "VAL" and arg != 0, **_nibbles("nibble", arg)}
 
     @staticmethod
     def output_slots(token: int) -> dict:
-        family, arg = T.kind(token), T.argument(token)
-        arg = 0 if arg is None else arg
-        slots = {"out_family": family}
-        for i in range(NIBBLES):
-            slots[f"out_nibble{i}"] = (arg >> (4 * i)) & 15
-        return slots
+        family, arg = T.kind(token), T.argument(token) or 0
+        return {"out_family": family, **_nibbles("out_nibble", arg)}
 
     def embedding(self) -> np.ndarray:
         """(vocab, hidden) embedding: every row a residual vector with mean(x^2) = 64."""
@@ -125,6 +116,10 @@ class Circuit:
         """Condition that a one-bit ROM flag of the current block is ``value``."""
         bit = FLAG_BITS[name]
         return (self.residual["rom3_2"], [n for n in range(16) if bool(n & bit) == value])
+
+
+def _nibbles(prefix: str, arg: int) -> dict:
+    return {f"{prefix}{i}": (arg >> (4 * i)) & 15 for i in range(NIBBLES)}
 
 
 # Where each control field sits: (word, first nibble, bits), from qwengpu.isa.CONTROL_FIELDS.

@@ -64,7 +64,6 @@ class CircuitBackend:
         prepared = _prepare(circuit if circuit is not None else compiled(width or QWEN35_2B))
         self.circuit, self.layers, self.embedding, self.head, self._groups = prepared
         self.width = self.circuit.width
-        self.supports = self.circuit.supports
         self.supported_ops = self.circuit.supported_ops
         self.atomics = self.circuit.atomics
         self.trace = trace

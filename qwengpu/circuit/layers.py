@@ -94,29 +94,22 @@ class Layer:
         d, kd = self.width.head_dim, self.width.key_dim
         return {"q": 0, "k": kd, "v": 2 * kd}[part] + head * d + i
 
-    def _project(self, channel: int, source: Source, dims_weights: list[tuple[int, float]]) -> None:
-        for dim, w in dims_weights:
-            self.qkv[channel, dim] = self.qkv.get((channel, dim), 0.0) + w
-        taps = self.conv.setdefault(channel, [0.0] * self.width.conv)
-        if any(t != 0.0 for i, t in enumerate(taps) if i != 3 - source.tap):
-            raise CircuitError(f"layer {self.index}: channel {channel} reads two taps")
-        taps[3 - source.tap] = 1.0
-
-    @staticmethod
-    def _source_dim(source: Source, slot) -> int:
-        return Residual.ONE if source.group is None else source.group.dim(slot)
-
-    def _conjunction(self, channel: int, conditions: list[tuple], tap: int) -> None:
-        """A q/k channel that is CHANNEL when every (group, slot-or-slots) condition holds at ``tap``, else 0."""
-        for group, slots in conditions:
-            for slot in _slots(slots):
-                self.qkv[channel, group.dim(slot)] = self.qkv.get((channel, group.dim(slot)), 0.0) + GATE_STEP
-        self.qkv[channel, Residual.ONE] = self.qkv.get((channel, Residual.ONE), 0.0) + \
-            CHANNEL - GATE_STEP * len(conditions)
+    def _tap(self, channel: int, tap: int) -> None:
+        """The conv of ``channel`` selects the token ``tap`` positions back (one tap per channel)."""
         taps = self.conv.setdefault(channel, [0.0] * self.width.conv)
         if any(t != 0.0 for i, t in enumerate(taps) if i != 3 - tap):
             raise CircuitError(f"layer {self.index}: channel {channel} reads two taps")
         taps[3 - tap] = 1.0
+
+    def _value(self, channel: int, source: Source, slot) -> None:
+        """A value channel: V_CHANNEL when ``source`` holds ``slot`` (always, for the constant ONE)."""
+        _add(self.qkv, (channel, Residual.ONE if source.group is None else source.group.dim(slot)), V_CHANNEL)
+        self._tap(channel, source.tap)
+
+    def _conjunction(self, channel: int, conditions: list[tuple], tap: int) -> None:
+        """A q/k channel that is CHANNEL when every (group, slot-or-slots) condition holds at ``tap``, else 0."""
+        _conjunction(self.qkv, channel, conditions, GATE_STEP, CHANNEL)
+        self._tap(channel, tap)
 
     def table(self, name: str, *, writes: list[tuple[int, list]] | None, key_tap: int = 0, values: list[Source],
               when: list[tuple], reads: list[tuple[int, list, int]] | None, outputs: dict | None = None,
@@ -140,8 +133,7 @@ class Layer:
         channel = 0
         for source in values:
             for slot in ([None] if source.group is None else source.group.slots):
-                self._project(self._channel("v", head, channel), source,
-                              [(self._source_dim(source, slot), V_CHANNEL)])
+                self._value(self._channel("v", head, channel), source, slot)
                 channel += 1
         hot = len(values)
         target = next((m for m in ALLOWED_HOT if m >= hot), None)
@@ -149,7 +141,7 @@ class Layer:
             raise CircuitError(f"{name}: {hot} value groups in {channel} channels do not fit a {d}-dim head")
         tap = values[0].tap if values else 0
         for _ in range(target - hot):
-            self._project(self._channel("v", head, channel), Source(None, tap), [(Residual.ONE, V_CHANNEL)])
+            self._value(self._channel("v", head, channel), Source(None, tap), None)
             channel += 1
         self._logit(self.b, head, when, BETA_LOGIT)
         if reset_when is not None:
@@ -172,14 +164,7 @@ class Layer:
 
     def _logit(self, target: dict, head: int, conditions: list[tuple], magnitude: float) -> None:
         """+magnitude when every condition holds, <= -magnitude otherwise (2 * magnitude per condition)."""
-        if not conditions:
-            target[head, Residual.ONE] = magnitude
-            return
-        for group, slots in conditions:
-            for slot in _slots(slots):
-                target[head, group.dim(slot)] = target.get((head, group.dim(slot)), 0.0) + 2 * magnitude
-        target[head, Residual.ONE] = target.get((head, Residual.ONE), 0.0) - (2 * magnitude * len(conditions)
-                                                                               - magnitude)
+        _conjunction(target, head, conditions, 2 * magnitude, magnitude)
 
     # -- the MLP ---------------------------------------------------------------------------------------------------
     def unit(self, name: str, conditions: list[tuple], moves: list[tuple]) -> int:
@@ -189,10 +174,7 @@ class Layer:
                                f"({self.width.intermediate} used)")
         u = len(self.units)
         self.units.append(name)
-        for group, slots in conditions:
-            for slot in _slots(slots):
-                self.gate[u, group.dim(slot)] = self.gate.get((u, group.dim(slot)), 0.0) + GATE_STEP
-        self.gate[u, Residual.ONE] = GATE_ON - GATE_STEP * len(conditions)
+        _conjunction(self.gate, u, conditions, GATE_STEP, GATE_ON)
         self.up[u, Residual.ONE] = 1.0
         for move in moves:
             group, to = move[0], move[1]
@@ -206,8 +188,20 @@ class Layer:
         if to == source:
             return
         for slot, sign in ((to, 1.0), (source, -1.0)):
-            key = (group.dim(slot), column)
-            target[key] = target.get(key, 0.0) + sign * scale
+            _add(target, (group.dim(slot), column), sign * scale)
+
+
+def _conjunction(target: dict, row: int, conditions: list[tuple], step: float, on: float) -> None:
+    """A weight row that reads ``on`` when every (group, slot-or-slots) condition holds and at most on - step when
+    one fails: ``step`` on each condition's slots (a group has one hot slot), on - step * len on the constant ONE."""
+    for group, slots in conditions:
+        for slot in _slots(slots):
+            _add(target, (row, group.dim(slot)), step)
+    _add(target, (row, Residual.ONE), on - step * len(conditions))
+
+
+def _add(target: dict, key: tuple, weight: float) -> None:
+    target[key] = target.get(key, 0.0) + weight
 
 
 def _slots(slots) -> list:

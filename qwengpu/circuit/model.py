@@ -86,7 +86,7 @@ def _check_representable(circuit: Circuit, dtype) -> None:
     """Every distinct weight value must survive the cast (the dense tensors hold only these values and zeros)."""
     import torch
     values = {LOGIT, 1.0, 0.0}
-    values.update(float(v) for v in np.unique(circuit.embedding()))
+    values.update(circuit.residual.vector({}))         # every embedding row holds HOT, 0 and the ballast
     for layer in circuit.layers:
         for part in (layer.qkv, layer.z, layer.b, layer.a, layer.out, layer.gate, layer.up, layer.down):
             values.update(part.values())
@@ -127,9 +127,9 @@ def save_checkpoint(directory: str | Path, width: Width | None = None, dtype: st
 
 def vocabulary(circuit: Circuit) -> dict:
     """What each token id means (qwengpu.tokens) and where the circuit keeps each group in the residual."""
-    families = {name: {"first": base, "count": count} for name, base, count in T._FAMILIES}
+    families = {name: {"first": base, "count": count} for name, base, count in T.FAMILIES}
     return {"vocab_size": T.VOCAB_SIZE, "families": families, "grammar": T.__doc__,
-            "supports": list(circuit.supports), "supported_ops": list(circuit.supported_ops),
+            "supported_ops": list(circuit.supported_ops),
             "atomics": circuit.atomics, "residual": circuit.residual.describe(),
             "layers": [layer.purpose for layer in circuit.layers]}
 
@@ -154,14 +154,14 @@ class ModelBackend:
             self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).to(device)
             self.model.eval()
             description = json.loads((Path(checkpoint) / VOCAB_FILE).read_text())
-            self.supports, self.supported_ops = tuple(description["supports"]), tuple(description["supported_ops"])
+            self.supported_ops = tuple(description["supported_ops"])
             self.atomics = description["atomics"]
         else:
             circuit = circuit if circuit is not None else compiled(width or QWEN35_2B)
             # The weights are read-only and each backend has its own cache, so devices share one model (QLink's
             # ranks in one process); a traced backend hooks its layers and keeps a model of its own.
             self.model = build_model(circuit, dtype, device) if trace else _shared_model(circuit, dtype, device)
-            self.supports, self.supported_ops = circuit.supports, circuit.supported_ops
+            self.supported_ops = circuit.supported_ops
             self.atomics = circuit.atomics
         self.torch, self.device, self.trace = torch, device, trace
         self.residuals: list[np.ndarray] = []

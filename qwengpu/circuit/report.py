@@ -9,14 +9,12 @@ the positions where the model writes, and the mismatches. A broken invariant sho
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import tokens as T
 from .exact import CircuitBackend
-from .verify import _predicted_at
+from .verify import verify
 
 
 @dataclass
@@ -43,21 +41,15 @@ def deviation(model_backend, stream, label: str, circuit: CircuitBackend | None 
     circuit = circuit or CircuitBackend(trace=True)
     circuit.trace = True
     report = Deviation(label, [0.0] * len(circuit.layers), [layer.purpose for layer in circuit.layers])
-    predictions = []
-    start = time.perf_counter()
-    for position, token in enumerate(stream):
-        if token.origin == T.MODEL and position > 0:
-            expected = token.written if token.written is not None else token.id
-            predicted, margin = predictions[_predicted_at(stream, position)]
-            report.compared += 1
-            report.mismatches += predicted != expected
-            report.min_margin = min(report.min_margin, margin)
+
+    def compare(token) -> None:
         circuit.feed(token.id)
-        model_backend.feed(token.id)
         for index, (exact, model) in enumerate(zip(circuit.residuals, model_backend.residuals)):
             report.layers[index] = max(report.layers[index], float(np.abs(model - exact).max()))
-        predictions.append((model_backend.predict(), model_backend.margin()))
-    report.seconds_per_token = (time.perf_counter() - start) / max(len(stream), 1)
+
+    result = verify(model_backend, stream, after_feed=compare)
+    report.compared, report.mismatches, report.min_margin = result.compared, len(result.mismatches), result.min_margin
+    report.seconds_per_token = sum(result.times) / max(result.fed, 1)
     return report
 
 

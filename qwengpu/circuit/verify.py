@@ -31,6 +31,7 @@ class Verification:
     mismatches: list = field(default_factory=list)     # (position, expected, predicted)
     min_margin: float = float("inf")
     seconds: float = 0.0
+    times: list = field(default_factory=list)          # seconds of each backend.feed
 
     @property
     def seconds_per_token(self) -> float:
@@ -44,11 +45,12 @@ class Verification:
         return text
 
 
-def verify(backend, stream, stop_after: int | None = None) -> Verification:
+def verify(backend, stream, stop_after: int | None = None, after_feed=None) -> Verification:
     """Feed ``stream`` (qwengpu.tokens.Token list) to ``backend``; check each model-written token's prediction.
 
     A token is predicted at the position before it, except an EXEC or END after write records spliced in at a
     record boundary (host copies, peers' packets): the model predicted it before them, at the record's last token.
+    ``after_feed(token)``, if given, runs after each token is fed (the deviation report compares layers there).
     """
     result = Verification(getattr(backend, "name", type(backend).__name__))
     predictions: list[tuple[int, float]] = []
@@ -64,14 +66,19 @@ def verify(backend, stream, stop_after: int | None = None) -> Verification:
                 result.mismatches.append((position, expected, predicted))
                 if stop_after is not None and len(result.mismatches) >= stop_after:
                     break
+        fed = time.perf_counter()
         backend.feed(token.id)
+        result.times.append(time.perf_counter() - fed)
         result.fed += 1
+        if after_feed is not None:
+            after_feed(token)
         predictions.append((backend.predict(), backend.margin() if hasattr(backend, "margin") else float("inf")))
     result.seconds = time.perf_counter() - start
     return result
 
 
 def _predicted_at(stream, position: int) -> int:
+    """Where the model predicted the token at ``position`` (see verify)."""
     at = position - 1
     if T.kind(stream[position].id) in ("EXEC", "END"):
         while at >= 2 and T.kind(stream[at - 2].id) == "MEM" and \
