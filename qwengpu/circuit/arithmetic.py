@@ -41,7 +41,7 @@ def operands(circuit: Circuit) -> list[Group]:
         for group in base:
             r.free(group)
         out = [r.group(f"{name}{i}" if name != "s" else f"address{i}", range(16)) for i in range(width)]
-        _carry_units(L[7], f"{name} carries", dig, gp, out, [], None)
+        carry_units(L[7], f"{name} carries", dig, gp, out, [], None)
         results[name] = out
     for word in range(4, 10):
         for i in range(4):
@@ -68,8 +68,8 @@ def alu(circuit: Circuit) -> None:
                  complement=True)
     _digit_units(L[9], "signed compare top digit", a[-1:], b[-1:], dig[-1:], gp[-1:], [(op_class, "compare_signed")],
                  complement=True, flip_top=True)
-    _carry_units(L[10], "add", dig, gp, x, [(op_class, "add")], None)
-    _carry_units(L[10], "subtract", dig, gp, x, [(op_class, "sub")], [])
+    carry_units(L[10], "add", dig, gp, x, [(op_class, "add")], None)
+    carry_units(L[10], "subtract", dig, gp, x, [(op_class, "sub")], [])
     order = r.group("order", (None, "eq", "gt"))      # None: A < B (no carry out of A - B)
     compare = [(op_class, ["compare", "compare_signed"])]
     L[10].unit("A == B", compare + [(g, "p") for g in gp], [(order, "eq")])
@@ -217,7 +217,7 @@ def _digit_units(layer, name, left, right, dig, gp, when, complement=False, flip
                 layer.unit(name, when + [(p_group, p), (q_group, q)], moves)
 
 
-def _carry_units(layer, name, dig, gp, out, when, carry_in) -> None:
+def carry_units(layer, name, dig, gp, out, when, carry_in) -> None:
     """Result nibbles = digits plus the incoming carry. carry_in: None, or [] (a constant carry into nibble 0)."""
     for i in range(len(dig)):
         paths = [[(gp[j], "g")] + [(g, "p") for g in gp[j + 1:i]] for j in range(i)]

@@ -17,8 +17,9 @@ L8   qwengpu.circuit.memory    global memory (row = address), the host's reads, 
                                pending stores
 L9-12 qwengpu.circuit.arithmetic the ALU: add / subtract / compare chain, selection, bitwise ops, shifts (by
                                nibbles, then bits)
-L13  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
-L14-15 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
+L13-20 qwengpu.circuit.multiply mul: partial products and carry-save accumulation in three steps, then the adder
+L21  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
+L22-23 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
 ==== ========================= ============================================================================
 
 The result is a ``Circuit``: named groups, sparse layers and the vocabulary maps, which ``qwengpu.circuit.exact``
@@ -37,6 +38,7 @@ from .layers import QWEN35_2B, Layer, Width
 
 FAMILIES = tuple(name for name, _, _ in T.FAMILIES)     # the token families, from the one grammar
 NIBBLES = 4             # nibbles of a token's argument
+MULTIPLY_STEPS = ((0, 1), (2, 3, 4), (5, 6, 7))  # B's nibbles whose partial products each multiply step adds
 LOGIT = 8.0             # output-head weight per matching slot: the right token beats every other by >= LOGIT
 PURPOSES = (
     "context: previous families, current block, ROM row, distances",
@@ -44,19 +46,23 @@ PURPOSES = (
     "register file; operands; thread index; op class", "operand adders: digits; lane activity; distance chain",
     "operand adders: carries", "memory: writes, host reads, loads, pending atomic stores", "ALU: digits; shift range",
     "ALU: carries, compare, and; shift by nibbles", "ALU: select, or; shift bits",
-    "ALU: shift combine, xor", "lane values; store and branch flags", "record lanes table; write-back order",
+    "ALU: shift combine, xor",
+    *(f"multiply: {part} of B's nibbles {rows[0]}-{rows[-1]}" for rows in MULTIPLY_STEPS
+      for part in ("partial products", "accumulate")),
+    "multiply: carry-save digits", "multiply: carries", "lane values; store and branch flags", "record lanes table; write-back order",
     "write-back records; next EXEC or END",
 )
 LAYERS = len(PURPOSES)
 EMIT, RECORD, WRITE_BACK = LAYERS - 3, LAYERS - 2, LAYERS - 1     # the records stage's layers
+MULTIPLY = range(13, EMIT)                                          # the multiplier's layers
 
 # The ALU ops this circuit computes; a launch whose program uses another op is refused before it starts.
 COMPARES = ("eq", "ne", "lt_s", "le_s", "gt_s", "ge_s", "lt_u", "le_u", "gt_u", "ge_u")
 MINMAX = ("min_s", "max_s", "min_u", "max_u")
 SHIFTS = ("shl", "shr_u", "shr_s")
 BITWISE = ("and", "or", "xor")
-SUPPORTED_OPS = ("a", "b", "add", "sub") + COMPARES + MINMAX + SHIFTS + BITWISE
-OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub", **{op: op for op in SHIFTS + BITWISE},
+SUPPORTED_OPS = ("a", "b", "add", "sub", "mul") + COMPARES + MINMAX + SHIFTS + BITWISE
+OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub", "mul": "mul", **{op: op for op in SHIFTS + BITWISE},
               **{op: ("compare_signed" if op.endswith("_s") else "compare") for op in COMPARES + MINMAX}}
 
 
@@ -146,7 +152,7 @@ def op_code(name: str) -> int:
 
 def compile_circuit(width: Width = QWEN35_2B) -> Circuit:
     """Compile the machine into a Circuit of the given width (Qwen3.5-2B's by default)."""
-    from . import arithmetic, control, memory, records, registers
+    from . import arithmetic, control, memory, multiply, records, registers
     if width.head_dim != 128:
         raise CircuitError(f"head_dim {width.head_dim}: the layout needs 128 (one state row per memory word)")
     residual = Residual(width.hidden)
@@ -166,6 +172,7 @@ def compile_circuit(width: Width = QWEN35_2B) -> Circuit:
     for group in digits:                # cleared in layer 8, after the memory layer's groups were placed
         residual.free(group)
     arithmetic.alu(circuit)
+    multiply.build(circuit)
     records.build(circuit)
     residual.seal()
     for layer, purpose in zip(circuit.layers, PURPOSES):

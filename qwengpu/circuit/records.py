@@ -29,7 +29,7 @@ def build(circuit: Circuit) -> None:
     old = [r[f"old_base{i}"] for i in range(WORD)]
     out = [r[f"out_nibble{i}"] for i in range(NIBBLES)]
 
-    # -- layer 12: lane values ------------------------------------------------------------------------------------
+    # -- layer EMIT: lane values --------------------------------------------------------------------------------
     L[EMIT].unit("a lane value is a VAL", [(distance, list(range(2 * LANES)))], [(r["out_family"], "VAL")])
     for half in (0, 1):
         positions = (distance, [2 * n + half for n in range(LANES)])
@@ -45,7 +45,7 @@ def build(circuit: Circuit) -> None:
         L[EMIT].unit(f"x nonzero at nibble {i}", [(x[j], 0) for j in range(i)] + [(x[i], list(range(1, 16)))],
                    [(nonzero, True)])
 
-    # -- layers 13-14: the record's lanes table ---------------------------------------------------------------------
+    # -- layers RECORD, WRITE_BACK: the record's lanes table ----------------------------------------------------
     address = [r["address0"], r["address1"]]
     flags = [Source(active), Source(stores), Source(address[0]), Source(address[1]), Source(nonzero)]
     writes = [(n, [(lane, n), (distance, 2 * n + 1)]) for n in range(LANES)]
