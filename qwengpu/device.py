@@ -25,7 +25,7 @@ import numpy as np
 
 from . import tokens as T
 from .interpreter import Interpreter, Wait
-from .isa import LANES, NONE, SINK, MachineError, encode_block
+from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
 from .lower import Program, lower
 from .ptx import parse
 from .toolchain import ptx_for
@@ -231,12 +231,18 @@ class Device:
         if ops is None:
             return
         atomics = getattr(self.backend, "atomics", True)
+        divisors = getattr(self.backend, "divisors", None)
         for index, block in enumerate(program.blocks):
+            where = f"kernel {kernel.name} block {index} ({block}): the {self.backend_name} backend's circuit"
             if block.op not in ops or (block.atomic and not atomics):
                 what = "atomic blocks" if block.atomic else f"op {block.op}"
-                raise MachineError(f"kernel {kernel.name} block {index} ({block}): the {self.backend_name} backend's "
-                                   f"circuit does not compute {what} yet (it has {', '.join(ops)}); run it on "
+                raise MachineError(f"{where} does not compute {what} yet (it has {', '.join(ops)}); run it on "
                                    "the interpreter backend")
+            if divisors is not None and block.op in DIVISIONS and (block.b.reg != NONE
+                                                                    or block.b.imm not in divisors):
+                raise MachineError(f"{where} divides only by an immediate {divisors[0]}..{divisors[-1]}, not by "
+                                   f"{block.b} (a launch argument is bound as an immediate); run it on the "
+                                   "interpreter backend")
 
     def _next_warp(self) -> None:
         base, lanes = self._launch["warps"].pop(0)

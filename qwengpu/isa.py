@@ -86,6 +86,7 @@ OPS: dict[str, tuple[int, object]] = {
     "rem_u":  (28, lambda a, b: a % b if b else a),
 }
 OP_NAMES = {code: name for name, (code, _) in OPS.items()}
+DIVISIONS = ("div_u", "div_s", "rem_u", "rem_s")        # the ops whose B is a divisor
 
 BRANCHES = {"none": 0, "always": 1, "nonzero": 2, "zero": 3}
 BRANCH_NAMES = {code: name for name, code in BRANCHES.items()}

@@ -85,13 +85,59 @@ def test_a_broken_invariant_is_reported_at_its_layer():
         verify(backend, STREAMS["vadd"])
 
 
-def test_a_kernel_outside_the_circuit_is_refused_before_it_starts():
+def _one_op_kernel(op: str, operands: list, dst_base: int):
+    """A kernel of one warp pair: r0 = mem[tid], then X = op(r0, B) stored at dst_base + 8 k + tid for each B."""
+    from qwengpu.device import Kernel
+    from qwengpu.isa import EXIT, NONE, TID, Block, Operand
+    from qwengpu.lower import Program
+    blocks = [Block(op="a", a=Operand(TID), load=True, dst=0)]
+    blocks += [Block(op=op, a=Operand(0), b=b, store=TID, store_imm=dst_base + 8 * k, store_enable=True)
+               for k, b in enumerate(operands)]
+    blocks.append(Block(op="a", branch="always", target=EXIT))
+    kernel = Kernel(op, None, "")
+    kernel._programs[((), 8)] = Program(op, blocks, 1, False, [])
+    return kernel
+
+
+def _c_semantics(op: str, a: int, b: int) -> int:
+    """The op on int32 / uint32 words as C on a GPU computes it (an independent reference for the ISA table)."""
+    sa, ua = int(np.int32(a)), a & 0xFFFFFFFF
+    if op == "mul":
+        return (ua * (b & 0xFFFFFFFF)) & 0xFFFFFFFF
+    q = abs(sa) // b * (1 if sa >= 0 else -1)               # C truncates toward zero
+    return {"div_u": ua // b, "rem_u": ua % b, "div_s": q, "rem_s": sa - q * b}[op] & 0xFFFFFFFF
+
+
+EDGE_WORDS = [0, 1, 7, -1, -7, 2**31 - 1, -2**31, -2**31 + 5, 123456789, -987654321, 0xFFFF, -0x10000, 8, -8, 63, -64]
+
+
+@pytest.mark.parametrize("op", ["mul", "div_u", "div_s", "rem_u", "rem_s"])
+def test_mul_and_division_on_edge_words(circuit_backend, op):
+    from qwengpu.isa import NONE, Operand
+    operands = [Operand(NONE, d) for d in range(1, 9)] if op != "mul" else \
+        [Operand(NONE, w) for w in (3, -1, 0x10001, 2**31 - 1, -2**31, 255, 0x12345678, 16)]
+    for words in (EDGE_WORDS[:8], EDGE_WORDS[8:]):
+        dev = Device()
+        dev.write(0, words)
+        dev.launch(_one_op_kernel(op, operands, 60), threads=8, args=[])
+        got = dev.read(60, 64).astype(np.int64) & 0xFFFFFFFF
+        expect = [_c_semantics(op, w, b.imm) for b in operands for w in words]
+        np.testing.assert_array_equal(got, expect)
+        state = circuit_backend.snapshot()
+        result = verify(circuit_backend, dev.tokens)
+        circuit_backend.restore(state)
+        assert result.compared > 100 and result.mismatches == [], str(result)
+
+
+@pytest.mark.parametrize("divisor", ["r1", 9, 0])
+def test_a_division_outside_the_circuit_is_refused_before_it_starts(divisor):
+    from qwengpu.isa import NONE, Operand
     dev = Device(backend="circuit")
     dev.write(0, [5])
     before = list(dev.tokens)
-    kernel = dev.load_kernel(KERNELS / "mlp.cu", "mlp_forward")
-    with pytest.raises(MachineError, match="does not compute op mul"):
-        dev.launch(kernel, threads=4, args=[0, 40, 60])
+    b = Operand(1) if divisor == "r1" else Operand(NONE, divisor)
+    with pytest.raises(MachineError, match=r"divides only by an immediate 1\.\.8, not by "):
+        dev.launch(_one_op_kernel("div_s", [b], 60), threads=8, args=[])
     assert dev.tokens == before and not dev.busy
     np.testing.assert_array_equal(dev.read(0, 1), [5])
 

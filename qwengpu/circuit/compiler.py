@@ -18,8 +18,9 @@ L8   qwengpu.circuit.memory    global memory (row = address), the host's reads, 
 L9-12 qwengpu.circuit.arithmetic the ALU: add / subtract / compare chain, selection, bitwise ops, shifts (by
                                nibbles, then bits)
 L13-20 qwengpu.circuit.multiply mul: partial products and carry-save accumulation in three steps, then the adder
-L21  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
-L22-23 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
+L19-21 qwengpu.circuit.divide  div / rem by an immediate 1..8: the dividend, its remainders, quotient digits
+L22  qwengpu.circuit.records   the lane values the model writes; store and nonzero flags
+L23-24 qwengpu.circuit.records the record's lanes table, write-back records, the next EXEC or END
 ==== ========================= ============================================================================
 
 The result is a ``Circuit``: named groups, sparse layers and the vocabulary maps, which ``qwengpu.circuit.exact``
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import tokens as T
-from ..isa import OPS
+from ..isa import DIVISIONS, OPS
 from .basis import HOT, CircuitError, Residual
 from .layers import QWEN35_2B, Layer, Width
 
@@ -49,20 +50,23 @@ PURPOSES = (
     "ALU: shift combine, xor",
     *(f"multiply: {part} of B's nibbles {rows[0]}-{rows[-1]}" for rows in MULTIPLY_STEPS
       for part in ("partial products", "accumulate")),
-    "multiply: carry-save digits", "multiply: carries", "lane values; store and branch flags", "record lanes table; write-back order",
+    "multiply: carry-save digits; divide: the dividend", "multiply: carries; divide: remainders",
+    "divide: quotient and remainder words", "lane values; store and branch flags", "record lanes table; write-back order",
     "write-back records; next EXEC or END",
 )
 LAYERS = len(PURPOSES)
 EMIT, RECORD, WRITE_BACK = LAYERS - 3, LAYERS - 2, LAYERS - 1     # the records stage's layers
-MULTIPLY = range(13, EMIT)                                          # the multiplier's layers
-
+MULTIPLY = range(13, 21)                                            # the multiplier's layers
+DIVIDE = (19, 20, 21)                                               # the divider's layers
+DIVISORS = 8            # div / rem divide by an immediate 1..DIVISORS (NCCL's avg divides by the rank count)
 # The ALU ops this circuit computes; a launch whose program uses another op is refused before it starts.
 COMPARES = ("eq", "ne", "lt_s", "le_s", "gt_s", "ge_s", "lt_u", "le_u", "gt_u", "ge_u")
 MINMAX = ("min_s", "max_s", "min_u", "max_u")
 SHIFTS = ("shl", "shr_u", "shr_s")
 BITWISE = ("and", "or", "xor")
-SUPPORTED_OPS = ("a", "b", "add", "sub", "mul") + COMPARES + MINMAX + SHIFTS + BITWISE
-OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub", "mul": "mul", **{op: op for op in SHIFTS + BITWISE},
+SUPPORTED_OPS = ("a", "b", "add", "sub", "mul") + COMPARES + MINMAX + SHIFTS + BITWISE + DIVISIONS
+OP_CLASSES = {"a": "a", "b": "b", "add": "add", "sub": "sub", "mul": "mul",
+              **{op: op for op in SHIFTS + BITWISE + DIVISIONS},
               **{op: ("compare_signed" if op.endswith("_s") else "compare") for op in COMPARES + MINMAX}}
 
 
@@ -74,6 +78,7 @@ class Circuit:
     layers: list[Layer] = field(default_factory=list)
     supported_ops: tuple[str, ...] = SUPPORTED_OPS
     atomics: bool = True
+    divisors: tuple[int, ...] = tuple(range(1, DIVISORS + 1))     # the immediates a div / rem may divide by
 
     # -- vocabulary ------------------------------------------------------------------------------------------------
     @staticmethod
@@ -152,7 +157,7 @@ def op_code(name: str) -> int:
 
 def compile_circuit(width: Width = QWEN35_2B) -> Circuit:
     """Compile the machine into a Circuit of the given width (Qwen3.5-2B's by default)."""
-    from . import arithmetic, control, memory, multiply, records, registers
+    from . import arithmetic, control, divide, memory, multiply, records, registers
     if width.head_dim != 128:
         raise CircuitError(f"head_dim {width.head_dim}: the layout needs 128 (one state row per memory word)")
     residual = Residual(width.hidden)
@@ -172,7 +177,10 @@ def compile_circuit(width: Width = QWEN35_2B) -> Circuit:
     for group in digits:                # cleared in layer 8, after the memory layer's groups were placed
         residual.free(group)
     arithmetic.alu(circuit)
-    multiply.build(circuit)
+    products = multiply.build(circuit)
+    quotients = divide.build(circuit)
+    for group in products + quotients:  # cleared in layers 19-21, after the divider's groups were placed
+        residual.free(group)
     records.build(circuit)
     residual.seal()
     for layer, purpose in zip(circuit.layers, PURPOSES):

@@ -66,6 +66,7 @@ class CircuitBackend:
         self.width = self.circuit.width
         self.supported_ops = self.circuit.supported_ops
         self.atomics = self.circuit.atomics
+        self.divisors = self.circuit.divisors
         self.trace = trace
         self.residuals: list[np.ndarray] = []      # with trace: the residual after each layer, for the last token
         self._ballast = np.array(self.circuit.residual.vector({}), dtype=np.float64)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..device import Device, Kernel
-from ..isa import EXIT, NONE, REGISTERS, SINK, TID, Block, Operand
+from ..isa import DIVISIONS, EXIT, NONE, REGISTERS, SINK, TID, Block, Operand
 from ..lower import Program
+from .compiler import DIVISORS
 
 DATA = 64           # the program's words live at 0..DATA-1; stores go to DATA..SINK-1
 
@@ -40,6 +41,8 @@ def random_program(rng: np.random.Generator, ops, blocks: int = 12, atomics: boo
         b = source()
         if op.startswith("sh") and rng.random() < 0.7:
             b = Operand(NONE, int(rng.integers(0, 40)))         # mostly in range, sometimes 32..39
+        if op in DIVISIONS:                                    # the circuit divides by an immediate 1..DIVISORS
+            b = Operand(NONE, int(rng.integers(1, DIVISORS + 1)))
         block = dict(op=op, a=source(), b=b, dst=int(rng.integers(0, 6)) if rng.random() < 0.9 else NONE)
         if rng.random() < 0.2:                                 # load from a data word, the lane's own or a fixed one
             block.update(a=Operand(TID if rng.random() < 0.5 else NONE, int(rng.integers(0, DATA - 8))), load=True)

@@ -130,7 +130,7 @@ def vocabulary(circuit: Circuit) -> dict:
     families = {name: {"first": base, "count": count} for name, base, count in T.FAMILIES}
     return {"vocab_size": T.VOCAB_SIZE, "families": families, "grammar": T.__doc__,
             "supported_ops": list(circuit.supported_ops),
-            "atomics": circuit.atomics, "residual": circuit.residual.describe(),
+            "atomics": circuit.atomics, "divisors": list(circuit.divisors), "residual": circuit.residual.describe(),
             "layers": [layer.purpose for layer in circuit.layers]}
 
 
@@ -156,6 +156,7 @@ class ModelBackend:
             description = json.loads((Path(checkpoint) / VOCAB_FILE).read_text())
             self.supported_ops = tuple(description["supported_ops"])
             self.atomics = description["atomics"]
+            self.divisors = tuple(description["divisors"])
         else:
             circuit = circuit if circuit is not None else compiled(width or QWEN35_2B)
             # The weights are read-only and each backend has its own cache, so devices share one model (QLink's
@@ -163,6 +164,7 @@ class ModelBackend:
             self.model = build_model(circuit, dtype, device) if trace else _shared_model(circuit, dtype, device)
             self.supported_ops = circuit.supported_ops
             self.atomics = circuit.atomics
+            self.divisors = circuit.divisors
         self.torch, self.device, self.trace = torch, device, trace
         self.residuals: list[np.ndarray] = []
         if trace:

@@ -21,7 +21,8 @@ from .registers import WORD
 LO_MAX, HI_MAX = 15, 14                     # largest lo and hi nibble of a product of two nibbles
 
 
-def build(circuit: Circuit) -> None:
+def build(circuit: Circuit) -> list:
+    """Returns the groups to free once the layers after MULTIPLY[-1] have them back at their defaults."""
     r = circuit.residual
     L = [circuit.layers[i] for i in MULTIPLY]
     mul = (r["op_class"], "mul")
@@ -83,8 +84,7 @@ def build(circuit: Circuit) -> None:
     clear_all(digits, digit + carry)
     carry_units(carries, "product", sums, gp, x, [], None)
     clear_all(carries, sums + gp)
-    for group in digit + carry + sums + gp:
-        r.free(group)
+    return digit + carry + sums + gp
 
 
 def _carry_bounds() -> list[int]:
