@@ -108,7 +108,7 @@ def _c_semantics(op: str, a: int, b: int) -> int:
     return {"div_u": ua // b, "rem_u": ua % b, "div_s": q, "rem_s": sa - q * b}[op] & 0xFFFFFFFF
 
 
-EDGE_WORDS = [0, 1, 7, -1, -7, 2**31 - 1, -2**31, -2**31 + 5, 123456789, -987654321, 0xFFFF, -0x10000, 8, -8, 63, -64]
+EDGE_WORDS = [0, 7, -1, -8, 2**31 - 1, -2**31, 123456789, -987654321]
 
 
 @pytest.mark.parametrize("op", ["mul", "div_u", "div_s", "rem_u", "rem_s"])
@@ -116,17 +116,15 @@ def test_mul_and_division_on_edge_words(circuit_backend, op):
     from qwengpu.isa import NONE, Operand
     operands = [Operand(NONE, d) for d in range(1, 9)] if op != "mul" else \
         [Operand(NONE, w) for w in (3, -1, 0x10001, 2**31 - 1, -2**31, 255, 0x12345678, 16)]
-    for words in (EDGE_WORDS[:8], EDGE_WORDS[8:]):
-        dev = Device()
-        dev.write(0, words)
-        dev.launch(_one_op_kernel(op, operands, 60), threads=8, args=[])
-        got = dev.read(60, 64).astype(np.int64) & 0xFFFFFFFF
-        expect = [_c_semantics(op, w, b.imm) for b in operands for w in words]
-        np.testing.assert_array_equal(got, expect)
-        state = circuit_backend.snapshot()
-        result = verify(circuit_backend, dev.tokens)
-        circuit_backend.restore(state)
-        assert result.compared > 100 and result.mismatches == [], str(result)
+    dev = Device()
+    dev.write(0, EDGE_WORDS)
+    dev.launch(_one_op_kernel(op, operands, 60), threads=8, args=[])
+    got = dev.read(60, 64).astype(np.int64) & 0xFFFFFFFF
+    np.testing.assert_array_equal(got, [_c_semantics(op, w, b.imm) for b in operands for w in EDGE_WORDS])
+    state = circuit_backend.snapshot()
+    result = verify(circuit_backend, dev.tokens)
+    circuit_backend.restore(state)
+    assert result.compared > 100 and result.mismatches == [], str(result)
 
 
 @pytest.mark.parametrize("divisor", ["r1", 9, 0])

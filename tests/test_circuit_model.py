@@ -1,6 +1,7 @@
 """The compiled circuit inside transformers' Qwen3.5 (bf16 on CPU): the same tokens as the interpreter, exactly.
 
-CI's share is one stream (vadd: about 185 tokens, one forward each); `make verify` replays the whole suite."""
+CI's share is one short stream (loads, add, mul, div / rem, stores: about 300 tokens, one forward each);
+`make verify` replays the whole suite."""
 import json
 
 import numpy as np
@@ -12,8 +13,31 @@ from qwengpu import Device
 from qwengpu.circuit.exact import CircuitBackend
 from qwengpu.circuit.model import VOCAB_FILE, ModelBackend, save_checkpoint
 from qwengpu.circuit.report import deviation
-from qwengpu.circuit.suite import vadd_stream
 from qwengpu.circuit.verify import verify
+from qwengpu.device import Kernel
+from qwengpu.isa import EXIT, NONE, TID, Block, Operand
+from qwengpu.lower import Program
+
+
+def arithmetic_stream():
+    """One warp: A = mem[tid], then A + B, A * B, (A * A) / 7 (signed), A % 6 (signed), A / 3 (unsigned), stored."""
+    dev = Device()
+    dev.write(0, [-123456789, 77, 2**31 - 1, -6])
+    dev.write(4, [10, -3, 65537, -2**31])
+    blocks = [Block(op="a", a=Operand(TID), load=True, dst=0),
+              Block(op="a", a=Operand(TID, 4), load=True, dst=1),
+              Block(op="add", a=Operand(0), b=Operand(1), store=TID, store_imm=8, store_enable=True),
+              Block(op="mul", a=Operand(0), b=Operand(1), store=TID, store_imm=12, store_enable=True),
+              Block(op="mul", a=Operand(0), b=Operand(0), dst=2),
+              Block(op="div_s", a=Operand(2), b=Operand(NONE, 7), store=TID, store_imm=16, store_enable=True),
+              Block(op="rem_s", a=Operand(0), b=Operand(NONE, 6), store=TID, store_imm=20, store_enable=True),
+              Block(op="div_u", a=Operand(0), b=Operand(NONE, 3), store=TID, store_imm=24, store_enable=True,
+                    branch="always", target=EXIT)]
+    kernel = Kernel("arithmetic", None, "")
+    kernel._programs[((), 4)] = Program("arithmetic", blocks, 3, False, [])
+    dev.launch(kernel, threads=4, args=[])
+    dev.read(8, 20)
+    return dev.tokens
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +58,9 @@ def test_the_model_is_transformers_qwen35_with_linear_attention_layers(bf16):
 
 
 def test_bf16_model_follows_the_circuit_exactly_at_every_layer(bf16):
-    stream = vadd_stream()
+    stream = arithmetic_stream()
     state = bf16.snapshot()
-    report = deviation(bf16, stream, "vadd in bf16", CircuitBackend(trace=True))
+    report = deviation(bf16, stream, "arithmetic in bf16", CircuitBackend(trace=True))
     bf16.restore(state)
     assert report.compared == sum(t.origin == "model" for t in stream[1:])
     assert report.mismatches == 0, report.table()

@@ -8,7 +8,7 @@ C's truncating division is floor division of a shifted dividend T (36 bits: a to
 
 Long division from the top nibble: q_i = (16 r_(i+1) + n_i) div d, where r_i = (T >> 4i) mod d. The remainders
 are linear in the one-hot nibbles mod d, so threshold units (``Layer.threshold``) find them all at once, for the
-moduli 3, 5 and 7; powers of two read a nibble's low bits, and 6 = 2 * 3 combines both.
+odd moduli 3, 5 and 7; powers of two read a nibble's low bits, and 6 = 2 * 3 combines both.
 
 - layer DIVIDE[0]: the dividend: n = A, or A + d - 1 with its carries for a negative signed A; the top digit t.
 - layer DIVIDE[1]: the remainders r_1 .. r_7 mod 3, 5 and 7 (r_8 = t mod d).
@@ -22,7 +22,8 @@ from .arithmetic import clear_all
 from .compiler import DIVIDE, DIVISORS, Circuit
 from .registers import WORD
 
-MODULI = (3, 5, 7)              # odd divisors: remainders by threshold sums (6 uses 2 and 3)
+# the odd parts of the divisors (3, 5, 7): their remainders are threshold sums; 6 = 2 * 3 uses a nibble's low bit
+MODULI = sorted({d // (d & -d) for d in range(1, DIVISORS + 1)} - {1})
 
 
 def build(circuit: Circuit) -> list:

@@ -73,9 +73,9 @@ def sgd_stream(seed: int = 2):
     return dev.tokens
 
 
-def mlp_streams(seed: int = 3, samples: int = 2):
-    """The XOR MLP's forward (atomics into the outputs), backward (atomics into the gradients) and loss kernels on
-    random Q8 parameters and a minibatch of ``samples`` samples, one stream each."""
+def mlp_streams(seed: int = 3, samples: int = 1):
+    """The XOR MLP's forward (the lanes' atomics into the outputs), backward (atomics into the gradients) and loss
+    kernels on random Q8 parameters and a minibatch of ``samples`` samples, one stream each."""
     rng = np.random.default_rng(seed)
     streams = []
     for name in ("mlp_forward", "mlp_backward", "mlp_loss"):
@@ -143,7 +143,7 @@ def collective_streams(nranks: int = 2, count: int = 4, ops=("sum", "max", "prod
     return streams
 
 
-def kernel_streams(fuzz_seeds: int = 2):
+def kernel_streams(fuzz_seeds: int = 1):
     """(name, token stream) for every part of the kernel suite the circuit computes, and random programs."""
     from .compiler import SUPPORTED_OPS
     from .fuzz import random_stream
