@@ -88,7 +88,7 @@ def test_a_broken_invariant_is_reported_at_its_layer():
 def _one_op_kernel(op: str, operands: list, dst_base: int):
     """A kernel of one warp pair: r0 = mem[tid], then X = op(r0, B) stored at dst_base + 8 k + tid for each B."""
     from qwengpu.device import Kernel
-    from qwengpu.isa import EXIT, NONE, TID, Block, Operand
+    from qwengpu.isa import EXIT, TID, Block, Operand
     from qwengpu.lower import Program
     blocks = [Block(op="a", a=Operand(TID), load=True, dst=0)]
     blocks += [Block(op=op, a=Operand(0), b=b, store=TID, store_imm=dst_base + 8 * k, store_enable=True)

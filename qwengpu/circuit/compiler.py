@@ -51,8 +51,8 @@ PURPOSES = (
     *(f"multiply: {part} of B's nibbles {rows[0]}-{rows[-1]}" for rows in MULTIPLY_STEPS
       for part in ("partial products", "accumulate")),
     "multiply: carry-save digits; divide: the dividend", "multiply: carries; divide: remainders",
-    "divide: quotient and remainder words", "lane values; store and branch flags", "record lanes table; write-back order",
-    "write-back records; next EXEC or END",
+    "divide: quotient and remainder words", "lane values; store and branch flags",
+    "record lanes table; write-back order", "write-back records; next EXEC or END",
 )
 LAYERS = len(PURPOSES)
 EMIT, RECORD, WRITE_BACK = LAYERS - 3, LAYERS - 2, LAYERS - 1     # the records stage's layers

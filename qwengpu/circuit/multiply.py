@@ -32,7 +32,6 @@ def build(circuit: Circuit) -> list:
     carry_max = _carry_bounds()
     digit = [r.group(f"product_digit{k}", range(16)) for k in range(WORD)]
     carry = [r.group(f"product_carry{k}", range(carry_max[k] + 1)) for k in range(WORD - 1)]
-    value = lambda group, top=15: {v: v for v in range(top + 1) if v in group.slots}     # noqa: E731
 
     for step, rows in enumerate(STEPS):
         products, accumulate = L[2 * step], L[2 * step + 1]
@@ -51,13 +50,13 @@ def build(circuit: Circuit) -> list:
                         if moves:
                             products.unit(f"a{i} * b{j}", [mul, (a[i], p), (b[j], q)], moves)
         for k in range(WORD):
-            terms = [(lo[i, j], value(lo[i, j])) for (i, j) in lo if i + j == k]
-            terms += [(hi[i, j], value(hi[i, j], HI_MAX)) for (i, j) in hi if i + j == k - 1]
+            terms = [(lo[i, j], _values(lo[i, j], LO_MAX)) for (i, j) in lo if i + j == k]
+            terms += [(hi[i, j], _values(hi[i, j], HI_MAX)) for (i, j) in hi if i + j == k - 1]
             if step:                                    # the accumulator so far: moved in place, so clear it too
-                terms.append((digit[k], value(digit[k])))
+                terms.append((digit[k], _values(digit[k])))
                 clear(accumulate, digit[k])
                 if k:
-                    terms.append((carry[k - 1], value(carry[k - 1])))
+                    terms.append((carry[k - 1], _values(carry[k - 1])))
                     clear(accumulate, carry[k - 1])
             largest = sum(max(weights.values()) for _, weights in terms)
             for bound in range(1, largest + 1):
@@ -85,6 +84,11 @@ def build(circuit: Circuit) -> list:
     carry_units(carries, "product", sums, gp, x, [], None)
     clear_all(carries, sums + gp)
     return digit + carry + sums + gp
+
+
+def _values(group, top: int = 15) -> dict:
+    """A threshold term's weights: each slot counts its own value (slots above ``top`` never hold)."""
+    return {v: v for v in group.slots if v <= top}
 
 
 def _carry_bounds() -> list[int]:

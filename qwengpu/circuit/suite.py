@@ -165,20 +165,25 @@ def main(argv=None) -> int:
         from .model import ModelBackend
         backends.append((f"model {args.dtype}", lambda: ModelBackend(dtype=args.dtype)))
     total_mismatches = 0
-    print(f"{'stream':<22} {'backend':<16} {'tokens':>7} {'compared':>9} {'mismatches':>11} {'ms/token':>9}")
+    row = "{:<28} {:<16} {:>7} {:>9} {:>11} {:>9}"
+    print(row.format("stream", "backend", "tokens", "compared", "mismatches", "ms/token"))
     for label, make in backends:
         started = time.perf_counter()
         backend = make()
-        print(f"{'(build)':<22} {label:<16} {'':>7} {'':>9} {'':>11} {1000 * (time.perf_counter() - started):>9.0f}")
+        print(row.format("(build)", label, "", "", "", f"{1000 * (time.perf_counter() - started):.0f}"))
+        compared, mismatches, fed, seconds = 0, 0, 0, 0.0
         for name, stream in streams:
             state = backend.snapshot()
             result = verify(backend, stream)
             backend.restore(state)
-            total_mismatches += len(result.mismatches)
-            print(f"{name:<22} {label:<16} {len(stream):>7} {result.compared:>9} {len(result.mismatches):>11} "
-                  f"{1000 * result.seconds_per_token:>9.1f}")
+            compared, mismatches = compared + result.compared, mismatches + len(result.mismatches)
+            fed, seconds = fed + result.fed, seconds + result.seconds
+            print(row.format(name, label, len(stream), result.compared, len(result.mismatches),
+                             f"{1000 * result.seconds_per_token:.1f}"))
             for position, expected, got in result.mismatches[:3]:
                 print(f"    position {position}: expected {expected}, got {got}")
+        print(row.format("(all streams)", label, fed, compared, mismatches, f"{1000 * seconds / max(fed, 1):.1f}"))
+        total_mismatches += mismatches
     print(f"mismatches: {total_mismatches}")
     return 1 if total_mismatches else 0
 
