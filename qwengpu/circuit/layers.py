@@ -32,7 +32,6 @@ BETA_LOGIT = 128.0      # b = +128 -> beta = 1, b = -128 -> beta = 0
 DECAY_LOGIT = 128.0     # a = +128 -> the state decays to exactly 0 (reset), a = -128 -> it is kept
 Z_GATE = 32.0           # gated-norm gate: silu(32) = 32
 STEP = 128.0            # threshold gate per unit of the sum: silu(-128) = 0 and STEP * n is exact in bf16 for n <= 256
-STEP_PENALTY = 2.0 ** 15    # a threshold unit's gate drop for a failed condition: below zero for every sum <= 255
 MAX_SUM = 255           # largest sum a threshold may see (STEP * (MAX_SUM + 1) is still exact in bf16)
 ALLOWED_HOT = (2, 8, 32, 128)   # hot counts whose normalised value sqrt(128 / m) is a power of two
 
@@ -176,11 +175,7 @@ class Layer:
     # -- the MLP ---------------------------------------------------------------------------------------------------
     def unit(self, name: str, conditions: list[tuple], moves: list[tuple]) -> int:
         """One SwiGLU unit: if every (group, slot-or-slots) condition holds, move each (group, to[, from]) group."""
-        if len(self.units) >= self.width.intermediate:
-            raise CircuitError(f"layer {self.index} ({self.purpose}): no MLP unit left for {name} "
-                               f"({self.width.intermediate} used)")
-        u = len(self.units)
-        self.units.append(name)
+        u = self._new_unit(name)
         _conjunction(self.gate, u, conditions, GATE_STEP, GATE_ON)
         self.up[u, Residual.ONE] = 1.0
         for move in moves:
@@ -189,33 +184,31 @@ class Layer:
             self._move(self.down, u, group, to, HOT / GATE_ON, source)
         return u
 
-    def threshold(self, name: str, terms: list[tuple[Group, dict]], bound: int, moves: list[tuple],
-                  conditions: list[tuple] = ()) -> None:
-        """Two SwiGLU units that move each (group, to, from) group when sum(weights[slot of group]) >= ``bound`` and
-        every (group, slot-or-slots) condition holds. ``terms``: (group, {slot: weight}) with integer weights >= 0
-        (slots not named weigh 0); the sum must stay within MAX_SUM."""
+    def threshold(self, name: str, terms: list[tuple[Group, dict]], bound: int, moves: list[tuple]) -> None:
+        """Two SwiGLU units that move each (group, to, from) group when sum(weights[slot of group]) >= ``bound``.
+        ``terms``: (group, {slot: weight}) with integer weights >= 0 (slots not named weigh 0); the sum must stay
+        within MAX_SUM."""
         largest = sum(max(weights.values(), default=0) for _, weights in terms)
         if largest > MAX_SUM or bound < 1:
             raise CircuitError(f"layer {self.index}: threshold {name}: sums up to {largest} (limit {MAX_SUM}), "
                                f"bound {bound} (at least 1)")
         for offset, sign in ((1, 1.0), (0, -1.0)):
-            if len(self.units) >= self.width.intermediate:
-                raise CircuitError(f"layer {self.index} ({self.purpose}): no MLP unit left for {name} "
-                                   f"({self.width.intermediate} used)")
-            u = len(self.units)
-            self.units.append(name)
+            u = self._new_unit(name)
             for group, weights in terms:
                 for slot, weight in weights.items():
                     if weight:
                         _add(self.gate, (u, group.dim(slot)), STEP * weight)
             _add(self.gate, (u, Residual.ONE), STEP * (offset - bound))
-            for group, slots in conditions:     # the group's other slots: no offset on ONE, so weights stay exact
-                for slot in group.slots:
-                    if slot not in _slots(slots):
-                        _add(self.gate, (u, group.dim(slot)), -STEP_PENALTY)
             self.up[u, Residual.ONE] = 1.0
             for group, to, source in moves:
                 self._move(self.down, u, group, to, sign * HOT / STEP, source)
+
+    def _new_unit(self, name: str) -> int:
+        if len(self.units) >= self.width.intermediate:
+            raise CircuitError(f"layer {self.index} ({self.purpose}): no MLP unit left for {name} "
+                               f"({self.width.intermediate} used)")
+        self.units.append(name)
+        return len(self.units) - 1
 
     @staticmethod
     def _move(target: dict, column: int, group: Group, to, scale: float, source=None) -> None:
