@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m bench.machine_demo
-	$(PY) -m bench.demo
+	$(PY) -m qccl_bench.machine_demo
+	$(PY) -m qccl_bench.demo
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -1,1 +1,1 @@
-"""qccl's benchmarks and demo (python -m bench.demo)."""
+"""qccl's benchmarks and demo (python -m qccl_bench.demo)."""

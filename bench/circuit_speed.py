@@ -1,8 +1,8 @@
 """Seconds per decoded token of the compiled QwenGPU: the exact circuit (numpy) and the transformers model (bf16, fp32).
 
-    python -m bench.circuit_speed                   # replays the vadd kernel's stream on each backend
-    python -m bench.circuit_speed --dtypes bfloat16
-    python -m bench.circuit_speed --allreduce       # also a 4-rank, 16-word AllReduce over QLink on the circuit
+    python -m qccl_bench.circuit_speed                   # replays the vadd kernel's stream on each backend
+    python -m qccl_bench.circuit_speed --dtypes bfloat16
+    python -m qccl_bench.circuit_speed --allreduce       # also a 4-rank, 16-word AllReduce over QLink on the circuit
 
 Each backend is fed the same recorded stream one token at a time (every token is a forward pass with the recurrent
 cache); the table gives the median and the 90th percentile of the per-token times, the build time, and whether every
@@ -52,7 +52,7 @@ def allreduce(nranks: int = 4, count: int = 16) -> str:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.circuit_speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m qccl_bench.circuit_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="bfloat16,float32", help="model dtypes to time (comma separated)")
     parser.add_argument("--allreduce", action="store_true", help="also time a 4-rank AllReduce on the circuit")
     args = parser.parse_args(argv)

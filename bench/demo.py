@@ -1,4 +1,4 @@
-"""The seed's table, measured: ``python -m bench.demo [--json FILE]`` (``make demo``).
+"""The seed's table, measured: ``python -m qccl_bench.demo [--json FILE]`` (``make demo``).
 
 Four QwenGPUs in lockstep over QLink (reference interpreter backend), 16 words per rank, each of the six collectives
 once (ring, as NCCL's runRing), then the multicast algorithms, then the same on eight ranks. For each: the tokens each
@@ -14,7 +14,7 @@ import sys
 
 import numpy as np
 
-from bench.harness import run
+from qccl_bench.harness import run
 
 # The seed post's figures (4 ranks x 16 words; 8-rank AllReduce), quoted for comparison only.
 SEED = {"allreduce": "664", "reduce_scatter": "342", "allgather": "378", "broadcast": "163-235",
@@ -60,7 +60,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.demo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m qccl_bench.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--words", type=int, default=16, help="words per rank's buffer (default 16, the seed's)")
     a = ap.parse_args(argv)

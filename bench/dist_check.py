@@ -1,9 +1,9 @@
-"""One rank of a multi-process check: ``python -m qccl.launch -n 4 -m bench.dist_check [--json OUT] [--cases C]``.
+"""One rank of a multi-process check: ``python -m qccl.launch -n 4 -m qccl_bench.dist_check [--json OUT] [--cases C]``.
 
 Runs the six collectives over the gloo fabric, compares each with numpy and, for int32 where torch.distributed has the
 call, with gloo (the same inputs, the same op), and writes per rank a digest of the tokens its device wrote, so a test can hold them against an
 in-process run of the same calls (the same token streams either way). ``--cases basic``: ten calls; ``wide``: every
-collective, op, dtype, place, algorithm and root / peer for this many ranks (bench.sweep's Case); ``wide+big`` adds
+collective, op, dtype, place, algorithm and root / peer for this many ranks (qccl_bench.sweep's Case); ``wide+big`` adds
 an AllReduce of 1000 words."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import sys
 import numpy as np
 
 import qccl
-from bench import harness as H
-from bench.sweep import DTYPES, IN_PLACE, OPS, SMALL_COUNTS, Case, _cost
+from qccl_bench import harness as H
+from qccl_bench.sweep import DTYPES, IN_PLACE, OPS, SMALL_COUNTS, Case, _cost
 
 # the original ten: (kind, op, count); "_mc" is the multicast algorithm; the root of call i is i % n
 BASIC = [("allreduce", "sum", 16), ("allreduce", "max", 37), ("allreduce", "avg", 5), ("reduce_scatter", "prod", 3),

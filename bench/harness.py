@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import qccl
-from bench import reference as R
+from qccl_bench import reference as R
 
 KINDS = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")
 

@@ -1,6 +1,6 @@
 """One QwenGPU on its own: compile CUDA, run it on the reference interpreter, count what the model wrote.
 
-``python -m bench.machine_demo`` (the first half of ``make demo``): vector add, then the qccl prim kernel in its step
+``python -m qccl_bench.machine_demo`` (the first half of ``make demo``): vector add, then the qccl prim kernel in its step
 modes, each against numpy. Every figure is measured from the device's token stream.
 """
 from __future__ import annotations

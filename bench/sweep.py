@@ -1,5 +1,5 @@
 """The exhaustive check, nccl-tests style: every collective x ranks x op x dtype x count x root x in/out of place x
-algorithm, bit for bit against numpy. ``python -m bench.sweep [--ranks 1-8] [--counts 0,1,3,16,37,100,1000]
+algorithm, bit for bit against numpy. ``python -m qccl_bench.sweep [--ranks 1-8] [--counts 0,1,3,16,37,100,1000]
 [--kinds ...] [--jobs J] [--shard I/K]``.
 
 Every root of Broadcast and Reduce, and every peer of the grouped SendRecv (a ring shift by 0..n-1; 0 sends to self).
@@ -8,7 +8,7 @@ Cases run cheapest first (by count, then ranks), each on fresh communicators wit
 progress, and a summary; exits non-zero on any difference. The full default sweep (about 11,000 cases) takes hours
 on one core: counts of 1000 on 8 ranks are the long ones. The test suite runs chosen slices of it
 (tests/test_qccl_sweep.py). ``--processes``: one process per rank (qccl.launch, gloo) for each rank count, with
-bench.dist_check's wide cases.
+qccl_bench.dist_check's wide cases.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bench.harness import KINDS, run
+from qccl_bench.harness import KINDS, run
 
 OPS = ("sum", "prod", "max", "min", "avg")
 DTYPES = (np.int32, np.uint32)
@@ -140,7 +140,7 @@ def processes(ranks) -> int:
     t0, bad = time.time(), []
     for n in ranks:
         r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", str(n), "--timeout", "1200", "-m",
-                            "bench.dist_check", "--cases", "wide+big", "--burst", str(min(n, 8))],
+                            "qccl_bench.dist_check", "--cases", "wide+big", "--burst", str(min(n, 8))],
                            capture_output=True, text=True)
         found = re.findall(r"rank (\d+): (\d+)/(\d+) cases identical", r.stdout)
         good = sum(a == b for _, a, b in found)
@@ -155,7 +155,7 @@ def processes(ranks) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.sweep", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m qccl_bench.sweep", description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="1-8", type=ranks_arg)
     ap.add_argument("--counts", default="0,1,3,16,37,100,1000", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--kinds", default=",".join(KINDS), type=lambda s: s.split(","))
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shard", type=shard_arg, default=(0, 1), help="run every K-th case from the I-th (I/K)")
     ap.add_argument("--processes", action="store_true",
                     help="instead: one process per rank over gloo (python -m qccl.launch), for each rank count, "
-                         "bench.dist_check's wide cases and a 1000-word AllReduce")
+                         "qccl_bench.dist_check's wide cases and a 1000-word AllReduce")
     a = ap.parse_args(argv)
     if a.processes:
         return processes(a.ranks)

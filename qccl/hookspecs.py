@@ -4,7 +4,7 @@ Transports are found only through these hooks: qccl never imports a transport. A
 or object implementing them, either through the ``qccl_transports`` entry point group::
 
     [project.entry-points.qccl_transports]
-    qlink = "transports.qlink.plugin"
+    qlink = "qccl_transports.qlink.plugin"
 
 or at run time with ``qccl.plugin_manager().register(obj)``.
 """

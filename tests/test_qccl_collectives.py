@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.harness import run
+from qccl_bench.harness import run
 
 OPS = ["sum", "prod", "max", "min", "avg"]
 DTYPES = [np.int32, np.uint32]
@@ -159,7 +159,7 @@ def test_demo_table_beats_the_seeds_allreduce(tmp_path):
     """make demo's table (--json): every row identical to numpy; AllReduce of 16 words writes at most the seed's 664
     tokens per rank on 4 ranks and 1,480 on 8."""
     import json
-    from bench import demo
+    from qccl_bench import demo
     path = tmp_path / "demo.json"
     assert demo.main(["--json", str(path)]) == 0
     rows = json.loads(path.read_text())

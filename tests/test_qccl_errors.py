@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import qccl
-from bench.harness import run
+from qccl_bench.harness import run
 
 
 @pytest.fixture

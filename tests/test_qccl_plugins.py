@@ -11,7 +11,7 @@ import pluggy
 import pytest
 
 import qccl
-from bench.harness import run
+from qccl_bench.harness import run
 from qccl.transport import Launch, Read, Stall, Transport, World, Write
 from qwengpu import Device
 

@@ -1,7 +1,7 @@
 """A covering slice of bench/sweep.py's cross product, in one process, bit for bit against numpy.
 
 Issue 3 asks for every collective x ranks 1..8 x op x int32/uint32 x counts 0, 1, 3, 16, 37, 100, 1000 x every root x
-in place and out of place. The whole product (about 11,000 cases) is ``python -m bench.sweep``; here each op x dtype x
+in place and out of place. The whole product (about 11,000 cases) is ``python -m qccl_bench.sweep``; here each op x dtype x
 place x algorithm of each collective runs at three (ranks, count) points, and every root (SendRecv: every peer) of
 every rank count runs once per algorithm. test_the_slice_covers_every_point checks that claim; count 1000 runs once
 per collective in tests/test_qccl_collectives.py (test_count_1000, test_allreduce_counts, test_broadcast_sizes).
@@ -13,8 +13,8 @@ import itertools
 import numpy as np
 import pytest
 
-from bench.harness import KINDS
-from bench.sweep import ALGOS, DTYPES, IN_PLACE, OPS, REDUCING, ROOTED, SMALL_COUNTS, slice_cases
+from qccl_bench.harness import KINDS
+from qccl_bench.sweep import ALGOS, DTYPES, IN_PLACE, OPS, REDUCING, ROOTED, SMALL_COUNTS, slice_cases
 
 CASES = slice_cases()
 

@@ -11,7 +11,7 @@ from qccl.heap import MEMORY_WORDS, Heap
 from qccl.schedule import RankState, Scheduler
 from qccl.transport import Launch, Read, Write
 from qwengpu import tokens as T
-from transports.qlink import Aperture, Router
+from qccl_transports.qlink import Aperture, Router
 
 
 # -- step orders (NCCL's runRing) -----------------------------------------------------------------------------------

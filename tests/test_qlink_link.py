@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import qccl
-from bench.harness import run
+from qccl_bench.harness import run
 from qwengpu import Device, MachineError
 from qwengpu import tokens as T
-from transports.qlink import Aperture, InMemoryFabric, Lockstep, Router
+from qccl_transports.qlink import Aperture, InMemoryFabric, Lockstep, Router
 
 STORE = r'''extern "C" __global__ void put(const int *x, int *y) { y[threadIdx.x] = x[threadIdx.x] + 1; }'''
 COPY = r'''extern "C" __global__ void get(const int *y, int *z) { z[threadIdx.x] = y[threadIdx.x]; }'''

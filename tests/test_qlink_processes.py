@@ -14,15 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # (ranks, records per exchange, cases): "basic" is ten calls; "wide" every collective, op, dtype, place, algorithm and
-# every root / peer for that many ranks, counts 0..100; "wide+big" adds an AllReduce of 1000 words (bench.dist_check)
+# every root / peer for that many ranks, counts 0..100; "wide+big" adds an AllReduce of 1000 words (qccl_bench.dist_check)
 RUNS = [(1, 1, "wide"), (2, 1, "wide+big"), (3, 4, "wide"), (4, 1, "basic"), (8, 8, "wide")]
 
 
 @pytest.mark.parametrize("n,burst,cases", RUNS, ids=[f"{n}ranks-burst{b}-{c}" for n, b, c in RUNS])
 def test_processes_match_numpy_gloo_and_one_process(tmp_path, n, burst, cases):
-    from bench.dist_check import in_process
+    from qccl_bench.dist_check import in_process
     out = tmp_path / "rank"
-    r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", str(n), "--timeout", "240", "-m", "bench.dist_check",
+    r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", str(n), "--timeout", "240", "-m", "qccl_bench.dist_check",
                         "--json", str(out), "--burst", str(burst), "--cases", cases], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
