@@ -8,11 +8,23 @@ record, as the boundary rule says).
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 from . import tokens as T
 from .isa import EXIT, LANES, MEMORY_WORDS, NONE, REGISTERS, ROW_WORDS, SINK, TID, Block, MachineError, Operand, alu, decode_block
+
+# Token id ranges of the families (qwengpu.tokens), as plain ints: the parser compares ids, it builds no objects.
+_VAL_LO, _VAL_HI = T.VAL_BASE, T.VAL_BASE + T.VAL_COUNT
+_MEM_LO, _MEM_HI = T.MEM_BASE, T.READ_BASE
+_READ_LO, _READ_HI = T.READ_BASE, T.EXEC_BASE
+_EXEC_LO, _EXEC_HI = T.EXEC_BASE, T.ROM_BASE
+_ROM_LO, _ROM_HI = T.ROM_BASE, T.WARP
+_VOCAB = T.VOCAB_SIZE
+
+
+def _control(token: int) -> bool:
+    """EXEC b or END: the tokens that start the next record (a packet may be fed before them)."""
+    return _EXEC_LO <= token < _EXEC_HI or token == T.END
 
 
 @dataclass(frozen=True)
@@ -47,104 +59,114 @@ class Interpreter:
         self.rom: list[Block | None] = [None] * 32
         self.warp_base = 0
         self.lanes = 0
-        self._expect: list[int] = []      # tokens the machine will write next (a record's body, a read's answer)
-        self._parse: tuple = ("idle",)    # where the context stands in the grammar
+        self._expect: list[int] = []      # tokens the machine writes (a record's body, a read's answer) ...
+        self._at = 0                      # ... from this index on
+        self._parse = "idle"              # where the context stands in the grammar (see feed)
+        self._row_written = 0             # "write": the row being written
+        self._halves: list[int] = []      # "write", "rom", "warp", "read", "values": the VALs collected so far
+        self._back = "idle"               # "write": the state to return to
+        self._row = 0                     # "rom": the ROM row; "values": the block being shown
+        self._lane = 0                    # "values": the lane whose value comes next
         self.last: Execution | None = None
 
     # -- backend interface -------------------------------------------------------------------------------------
+    # The context parser is a small state machine. Its state is plain fields (no per-token objects): ``_parse``
+    # names where the context stands ("idle", "boundary", "write", "rom", "warp", "values", "read") and the other
+    # fields hold what that state has collected so far. A record's tokens are computed once, when its EXEC is fed
+    # (``_execute``), and kept in ``_expect``; ``_at`` is the next one the model writes.
     def snapshot(self):
-        return copy.deepcopy((self.memory, self.registers, self.rom, self.warp_base, self.lanes, self._expect,
-                              self._parse, self.last))
+        """The machine's whole state, copied (ROM blocks and Execution records are never mutated, so they are
+        shared)."""
+        return (list(self.memory), [list(r) for r in self.registers], list(self.rom), self.warp_base, self.lanes,
+                self._expect[self._at:], self._parse, self._row_written, list(self._halves), self._back, self._row,
+                self._lane, self.last)
 
     def restore(self, state) -> None:
-        (self.memory, self.registers, self.rom, self.warp_base, self.lanes, self._expect, self._parse,
-         self.last) = copy.deepcopy(state)
+        (memory, registers, rom, self.warp_base, self.lanes, expect, self._parse, self._row_written, halves, self._back,
+         self._row, self._lane, self.last) = state
+        self.memory, self.registers, self.rom = list(memory), [list(r) for r in registers], list(rom)
+        self._expect, self._at, self._halves = list(expect), 0, list(halves)
 
     def predict(self) -> int:
-        if not self._expect:
-            raise MachineError(f"the machine has nothing to write here (context state {self._parse[0]})")
-        return self._expect[0]
+        if self._at >= len(self._expect):
+            raise MachineError(f"the machine has nothing to write here (context state {self._parse})")
+        return self._expect[self._at]
 
     def feed(self, token: int) -> None:
-        family, arg = T.kind(token), T.argument(token)
+        if not _VAL_LO <= token < _VOCAB:
+            raise MachineError(f"token {token} is outside the vocabulary of {_VOCAB}")
         # A packet or host write at a record boundary is not the model's output: the pending EXEC stays expected.
-        if self._expect and (T.kind(self._expect[0]) not in ("EXEC", "END") or family in ("EXEC", "END")):
-            self._expect.pop(0)
+        if self._at < len(self._expect) and (not _control(self._expect[self._at]) or _control(token)):
+            self._at += 1
         state = self._parse
-        if state[0] == "write":                      # MEM a seen; collecting lo, hi; then back to where it was
-            _, address, halves, back = state
-            halves = halves + [self._val(token, family)]
-            if len(halves) == 2:
-                self.memory[address] = halves[0] | (halves[1] << 16)
-                self._parse = back
-            else:
-                self._parse = ("write", address, halves, back)
+        if state == "write":                         # MEM a seen; collecting lo, hi; then back to where it was
+            self._halves.append(self._val(token))
+            if len(self._halves) == 2:
+                self.memory[self._row_written] = self._halves[0] | (self._halves[1] << 16)
+                self._parse = self._back
             return
-        if state[0] == "rom":
-            _, row, words = state
-            words = words + [self._val(token, family)]
-            if len(words) == ROW_WORDS:
-                self.rom[row] = decode_block(words)
-                self._parse = ("idle",)
-            else:
-                self._parse = ("rom", row, words)
+        if state == "rom":
+            self._halves.append(self._val(token))
+            if len(self._halves) == ROW_WORDS:
+                self.rom[self._row] = decode_block(self._halves)
+                self._parse = "idle"
             return
-        if state[0] == "warp":
-            _, halves = state
-            halves = halves + [self._val(token, family)]
-            if len(halves) == 2:
-                self.warp_base, self.lanes = halves
+        if state == "warp":
+            self._halves.append(self._val(token))
+            if len(self._halves) == 2:
+                self.warp_base, self.lanes = self._halves
                 self.registers = [[0] * REGISTERS for _ in range(LANES)]
-                self._parse = ("boundary",)
-                self._expect = [T.EXEC(0)]
-            else:
-                self._parse = ("warp", halves)
+                self._parse = "boundary"
+                self._expect, self._at = [T.EXEC(0)], 0
             return
-        if state[0] == "values":                     # a record's register values, lane by lane
-            _, block, lane, lo = state
-            value = self._val(token, family)
-            if lo is None:
-                self._parse = ("values", block, lane, value)
+        if state == "values":                        # a record's register values, lane by lane
+            value = self._val(token)
+            if not self._halves:
+                self._halves.append(value)
                 return
-            dst = self.rom[block].dst
+            dst = self.rom[self._row].dst
             if dst != NONE:
-                self.registers[lane][dst] = lo | (value << 16)
-            if lane + 1 < LANES:
-                self._parse = ("values", block, lane + 1, None)
-            else:
-                self._parse = ("boundary",)
+                self.registers[self._lane][dst] = self._halves[0] | (value << 16)
+            self._halves = []
+            self._lane += 1
+            if self._lane == LANES:
+                self._parse = "boundary"
             return
-        if state[0] == "read":
-            self._val(token, family)
-            self._parse = ("read", state[1] - 1) if state[1] > 1 else ("idle",)
+        if state == "read":
+            self._val(token)
+            self._halves.append(0)
+            if len(self._halves) == 2:
+                self._parse = "idle"
             return
         # Between records or outside a warp.
-        if family == "MEM":
-            back = ("boundary",) if state[0] == "boundary" else ("idle",)
-            self._parse = ("write", arg, [], back)
-        elif family == "READ":
-            if arg >= SINK:
-                raise MachineError(f"read of word {arg}: addresses are 0..{SINK - 1}")
-            self._expect = T.word_tokens(self.memory[arg])
-            self._parse = ("read", 2)
-        elif family == "ROM":
-            self._parse = ("rom", arg, [])
-        elif family == "WARP":
-            self._parse = ("warp", [])
-        elif family == "EXEC":
-            self._execute(arg)
-        elif family == "END":
-            self._parse = ("idle",)
-            self._expect = []
+        self._halves = []
+        if _MEM_LO <= token < _MEM_HI:
+            self._back = "boundary" if state == "boundary" else "idle"
+            self._row_written, self._parse = token - _MEM_LO, "write"
+        elif _READ_LO <= token < _READ_HI:
+            address = token - _READ_LO
+            if address >= SINK:
+                raise MachineError(f"read of word {address}: addresses are 0..{SINK - 1}")
+            self._expect, self._at = T.word_tokens(self.memory[address]), 0
+            self._parse = "read"
+        elif _EXEC_LO <= token < _EXEC_HI:
+            self._execute(token - _EXEC_LO)
+        elif _ROM_LO <= token < _ROM_HI:
+            self._row, self._parse = token - _ROM_LO, "rom"
+        elif token == T.WARP:
+            self._parse = "warp"
+        elif token == T.END:
+            self._parse = "idle"
+            self._expect, self._at = [], 0
         else:
-            raise MachineError(f"unexpected {T.name(token)} in context state {state[0]}")
+            raise MachineError(f"unexpected {T.name(token)} in context state {state}")
 
     # -- execution -----------------------------------------------------------------------------------------------
     @staticmethod
-    def _val(token: int, family: str) -> int:
-        if family != "VAL":
+    def _val(token: int) -> int:
+        if not _VAL_LO <= token < _VAL_HI:
             raise MachineError(f"expected a VAL token, got {T.name(token)}")
-        return T.argument(token)
+        return token - _VAL_LO
 
     def _operand(self, lane: int, operand) -> int:
         if operand.reg == NONE:
@@ -220,5 +242,5 @@ class Interpreter:
         for address, value in run.stores:
             expect += T.write_record(address, value)
         expect.append(T.END if run.next is None else T.EXEC(run.next))
-        self._expect = expect
-        self._parse = ("values", index, 0, None)
+        self._expect, self._at = expect, 0
+        self._parse, self._row, self._lane, self._halves = "values", index, 0, []
