@@ -13,6 +13,7 @@ from .communicator import Communicator, UniqueId, get_unique_id
 from .errors import (DeadlockError, InternalError, InvalidArgument, InvalidUsage, QcclError, RemoteError, Result,
                      SystemError, UnhandledDeviceError, get_error_string)
 from .group import group, group_end, group_start
+from .hookspecs import ProfilerEvent, TuneRequest, Tuning, hookimpl
 from .plugins import get_transport, plugin_manager, transports
 from .types import AVG, MAX, MIN, PROD, SUM, DataType, RedOp
 
@@ -23,4 +24,5 @@ __all__ = [
     "SUM", "PROD", "MAX", "MIN", "AVG", "RedOp", "DataType",
     "QcclError", "InvalidArgument", "InvalidUsage", "InternalError", "SystemError", "RemoteError", "DeadlockError",
     "UnhandledDeviceError", "Result", "get_error_string", "plugin_manager", "transports", "get_transport",
+    "hookimpl", "ProfilerEvent", "TuneRequest", "Tuning",
 ]

@@ -21,7 +21,7 @@ from . import group as G
 from .buffers import Buffer, as_buffer
 from .errors import InvalidArgument, InvalidUsage
 from .heap import Heap
-from .plugins import get_transport
+from .plugins import get_transport, run_epoch, tune
 from .schedule import RankState, Scheduler
 from .transport import Work
 from .types import DataType, RedOp, red_op
@@ -186,11 +186,12 @@ class Communicator:
             raise InvalidArgument(f"invalid {what} {root} ({what} should be in the 0..{self._nranks - 1} range)")
         return int(root)
 
-    def _algo(self, kind: str, algo) -> str:
-        algo = algo or "ring"
-        if algo not in ALGOS[kind]:
-            raise InvalidArgument(f"{kind}: unknown algorithm {algo!r} (available: {', '.join(ALGOS[kind])})")
-        return algo
+    def _algo(self, kind: str, algo, count: int = 0, dtype=None, op=None, root=None) -> str:
+        """The algorithm a call runs; "auto" asks the tuners (qccl.plugins.tune), the same answer on every rank."""
+        algo = algo or self.config.get("algo", "ring")
+        if algo != "auto" and algo not in ALGOS[kind]:
+            raise InvalidArgument(f"{kind}: unknown algorithm {algo!r} (available: auto, {', '.join(ALGOS[kind])})")
+        return tune(kind, algo, ALGOS[kind], self._nranks, count, dtype, op, root, self.config)
 
     def _buffers(self, kind: str, sendbuf, recvbuf, layout: str = "same", send: bool = True, recv: bool = True):
         """Wrap and check the buffers a rank passes to a collective; ``send``/``recv`` False: this rank does not use
@@ -231,7 +232,8 @@ class Communicator:
         self._alive("allreduce")
         op = red_op(op)
         s, r, dt = self._buffers("allreduce", sendbuf, recvbuf)
-        self._submit(Call(self, "allreduce", s, r, s.count, dt, op, None, self._algo("allreduce", algo)))
+        self._submit(Call(self, "allreduce", s, r, s.count, dt, op, None,
+                          self._algo("allreduce", algo, s.count, dt, op)))
 
     def reduce(self, sendbuf, recvbuf, op="sum", root=0, stream=None, algo=None) -> None:
         """ncclReduce: the root's recv = op over ranks of send; the other ranks' recv is not touched (may be None)."""
@@ -246,7 +248,8 @@ class Communicator:
         self._alive("broadcast")
         root = self._root(root)
         s, r, dt = self._buffers("broadcast", sendbuf, recvbuf, send=self._rank == root)
-        self._submit(Call(self, "broadcast", s, r, r.count, dt, None, root, self._algo("broadcast", algo)))
+        self._submit(Call(self, "broadcast", s, r, r.count, dt, None, root,
+                          self._algo("broadcast", algo, r.count, dt, None, root)))
 
     def bcast(self, buf, root=0, stream=None, algo=None) -> None:
         """In-place broadcast (ncclBcast)."""
@@ -256,7 +259,8 @@ class Communicator:
         """ncclAllGather: recv = the ranks' send buffers, rank order. In place when send is recv's own block."""
         self._alive("allgather")
         s, r, dt = self._buffers("allgather", sendbuf, recvbuf, "gather")
-        self._submit(Call(self, "allgather", s, r, s.count, dt, None, None, self._algo("allgather", algo)))
+        self._submit(Call(self, "allgather", s, r, s.count, dt, None, None,
+                          self._algo("allgather", algo, s.count, dt)))
 
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", stream=None, algo=None) -> None:
         """ncclReduceScatter: rank r's recv = block r of op over ranks of send. In place when recv is send's block r."""
@@ -410,7 +414,7 @@ def execute(calls: list[Call]) -> None:
     for world, comms, states, work in plans:
         for r, st in states.items():
             comms[r].state = st
-        world.run(work)
+        run_epoch(world, work)
 
 
 def _check_gathered(gathered: list, me: int) -> None:

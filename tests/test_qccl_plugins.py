@@ -7,7 +7,6 @@ from collections import deque
 from importlib.metadata import entry_points
 
 import numpy as np
-import pluggy
 import pytest
 
 import qccl
@@ -15,7 +14,7 @@ from qccl_bench.harness import run
 from qccl.transport import Launch, Read, Stall, Transport, World, Write
 from qwengpu import Device
 
-hookimpl = pluggy.HookimplMarker("qccl")
+hookimpl = qccl.hookimpl
 
 
 class _Routes:

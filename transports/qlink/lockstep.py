@@ -45,6 +45,7 @@ class Lockstep:
         self.notes = {r: "" for r in devices}
         self.windows = 0
         self.aborted: set[int] = set()
+        self.tracer = None      # qccl.plugins.LaunchTracer: profiler launch events (set by the world)
 
     # -- queues --------------------------------------------------------------------------------------------------
     def submit(self, rank: int, ops) -> None:
@@ -88,6 +89,8 @@ class Lockstep:
             elif isinstance(op, Launch):
                 dev.start(self._kernel(rank, op.kernel), op.threads, list(op.args))
                 self.notes[rank] = op.note
+                if self.tracer is not None:
+                    self.tracer.begin(rank, op)
             else:
                 raise TypeError(f"unknown host op {op!r}")
         return ran
@@ -108,6 +111,8 @@ class Lockstep:
                     break
             rec = dev.step()
             self.last[rank] = rec
+            if self.tracer is not None and not dev.busy:
+                self.tracer.end(rank)
             if not (rec.wait is not None and rec.next == rec.block):
                 progress = True
             for p in dev.take_packets():

@@ -18,9 +18,9 @@ import os
 import threading
 import time
 
-import pluggy
-
+import qccl
 from qccl.errors import DeadlockError, InvalidArgument, SystemError
+from qccl.plugins import LaunchTracer, comm_id
 from qccl.transport import Transport, World
 from qwengpu import Device
 
@@ -28,7 +28,7 @@ from .aperture import Aperture, Router
 from .fabric import GlooFabric, InMemoryFabric
 from .lockstep import Lockstep, Paused
 
-hookimpl = pluggy.HookimplMarker("qccl")
+hookimpl = qccl.hookimpl          # pytest's pattern: plugins mark hooks with the marker qccl exports
 
 DTYPES = ("int32", "uint32")
 
@@ -55,6 +55,7 @@ class QLinkWorld(World):
             fabric = GlooFabric(nranks, self.local_ranks[0], burst, group=_gloo_group(nranks, self.local_ranks[0], uid))
         self.fabric = fabric
         self.engine = Lockstep(fabric, devices, burst=burst, stall_windows=int(self.config.get("stall_windows", 2)))
+        self.engine.tracer = LaunchTracer(comm_id(self), nranks, lambda r: self.devices[r].stats)
 
     # -- World -----------------------------------------------------------------------------------------------------
     def connect(self, rank, routes) -> None:

@@ -1,0 +1,244 @@
+"""A cost model in model-written tokens (DESIGN.md's performance model): what a call would cost each rank.
+
+A token the model writes costs a forward pass; fed tokens (host copies in, peers' packets) are nearly free. So the
+cost of a call is the number of tokens each rank's model writes. The model here:
+
+1. builds every rank's host schedule for the call (qccl.schedule, the schedules qccl would run);
+2. prices each launch from its lowered program (qwengpu.lower: the blocks a launch runs, arguments bound): a record
+   is EXEC + 2 VALs per lane = 9 tokens, plus 3 per storing lane, plus END per warp; a host read is 2 tokens a word;
+3. replays the launches in lockstep on flags alone (no payload: only the step counters the host already computes
+   and the flag words prim.cu and mcast.cu post), so a rank that must wait for a peer's flag pays 9 tokens per spin
+   record, as on the machine.
+
+It never runs a device, so it is cheap (milliseconds per shape) and it is only a model: the tuner's tests hold its
+choices against token counts measured on the interpreter.
+
+    >>> estimate("allreduce", 4, 16, "multicast").max        # doctest: +SKIP
+    308
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qccl import schedule as SC
+from qccl.buffers import as_buffer
+from qccl.heap import Heap
+from qccl.transport import Kernel, Launch, Read
+from qccl.types import DataType, red_op
+from qwengpu.isa import LANES, NONE
+
+RECORD_TOKENS = 9           # EXEC + 2 VALs x 4 lanes
+STORE_TOKENS = 3            # a write-back record
+READ_TOKENS = 2             # a host read: the model writes the word's two VALs
+MAX_WINDOWS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted model-written tokens and launches per rank (``deadlock``: the flags never allow progress)."""
+    tokens: tuple[int, ...]
+    launches: tuple[int, ...]
+    deadlock: bool = False
+
+    @property
+    def max(self) -> int:
+        return max(self.tokens) if self.tokens else 0
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """A launch reduced to what its timing needs: records, tokens, the waits before and after, the flag stores."""
+    records: int
+    tokens: int
+    pre: tuple            # ((address, value), ...): wait until every local flag word >= value before record 0
+    post: tuple           # the same, checked at the last record
+    stores: tuple         # ((address, value), ...) flag stores, leaving at the last record
+
+
+_kernels: dict = {}
+
+
+def _program(launch: Launch):
+    from qwengpu import Device
+    key = (str(launch.kernel.source), launch.kernel.name)
+    if key not in _kernels:
+        _kernels[key] = Device().load_kernel(*key)
+    return _kernels[key].program(tuple(launch.args), launch.threads)
+
+
+_statics: dict = {}
+
+
+def _static(kernel_source: str, kernel_name: str, threads: int, shape: tuple, args: tuple) -> tuple[int, int]:
+    """(records, tokens) of one launch that never waits: every block once per warp (forward branches are lane
+    predicates after lowering; loops run once when their flag is already set). Cached by the launch's shape: the
+    mode and which arguments are zero decide the blocks, not the addresses or counter values."""
+    key = (kernel_source, kernel_name, threads, shape)
+    if key in _statics:
+        return _statics[key]
+    program = _program(Launch(Kernel(Path(kernel_source), kernel_name), threads, args))
+    records = tokens = 0
+    for base in range(0, threads, LANES):
+        lanes = min(LANES, threads - base)
+        for block in program.blocks:
+            records += 1
+            tokens += RECORD_TOKENS
+            if block.store != NONE or block.store_enable:
+                tokens += STORE_TOKENS * lanes
+        tokens += 1                                     # END
+    _statics[key] = records, tokens
+    return records, tokens
+
+
+def price(launch: Launch) -> _Priced:
+    """A launch's records, tokens and flag traffic (prim.cu's and mcast.cu's argument conventions)."""
+    a = launch.args
+    shape = (a[0], a[1]) + tuple(x > 0 for x in a[2:])
+    records, tokens = _static(str(launch.kernel.source), launch.kernel.name, launch.threads, shape, tuple(a))
+    pre, post, stores = [], [], []
+    if launch.kernel.name == "prim":
+        mode, rtail, rwait, rhead, swait, stail, spost, shead, rpost = (a[0], a[2], a[3], a[4], a[5], a[10], a[11],
+                                                                         a[12], a[13])
+        if not mode & SC.POST and not mode & SC.NOWAIT:
+            if mode & SC.RECV:
+                pre.append((rtail, rwait))
+            if mode & SC.SEND and swait > 0:
+                pre.append((rhead, swait))
+        if mode & SC.SEND and spost > 0:
+            stores.append((stail, spost))
+        if mode & SC.RECV and rpost > 0:
+            stores.append((shead, rpost))
+    elif launch.kernel.name == "mcast":
+        mode, flag, seq, flags, mask, wait = a[0], a[3], a[4], a[5], a[6], a[7]
+        waits = [(flags + b, wait) for b in range(8) if mask >> b & 1]
+        if mode & SC.MC_PRE_WAIT:
+            pre += waits
+        if mode & SC.MC_WAIT:
+            post += waits
+        if mode & SC.MC_POST:
+            stores.append((flag, seq))
+    return _Priced(records, tokens, tuple(pre), tuple(post), tuple(stores))
+
+
+def simulate(ops: dict, heaps: dict) -> Estimate:
+    """Replay every rank's host ops in lockstep on flags only (one record per rank per window; a flag store reaches
+    its peers at their next window, as QLink delivers packets). Returns tokens and launches per rank."""
+    ranks = sorted(ops)
+    routes = {r: heaps[r].routes() for r in ranks}
+    flags = {r: {} for r in ranks}
+    inbox = {r: [] for r in ranks}
+    queue = {r: list(ops[r]) for r in ranks}
+    at = {r: 0 for r in ranks}
+    cur = {r: None for r in ranks}          # [priced, record index, flags stored]
+    tokens = {r: 0 for r in ranks}
+    launches = {r: 0 for r in ranks}
+
+    def ready(r, waits):
+        return all(flags[r].get(addr, 0) >= v for addr, v in waits)
+
+    def start(r):
+        while at[r] < len(queue[r]) and cur[r] is None:
+            op = queue[r][at[r]]
+            at[r] += 1
+            if isinstance(op, Read):
+                tokens[r] += READ_TOKENS * op.count
+            elif isinstance(op, Launch):
+                cur[r] = [price(op), 0, False]
+                launches[r] += 1
+
+    for r in ranks:
+        start(r)
+    stalled = 0
+    for _ in range(MAX_WINDOWS):
+        if all(cur[r] is None for r in ranks) and not any(inbox.values()):
+            return Estimate(tuple(tokens[r] for r in ranks), tuple(launches[r] for r in ranks))
+        out = []
+        progress = False
+        for r in ranks:
+            for addr, v in inbox[r]:
+                flags[r][addr] = v
+                progress = True
+            inbox[r] = []
+            if cur[r] is None:
+                continue
+            p, i = cur[r][0], cur[r][1]
+            if i == 0 and not ready(r, p.pre):
+                tokens[r] += RECORD_TOKENS                  # a spin record: the flag is not there yet
+                continue
+            if i == p.records - 1 and not cur[r][2]:
+                cur[r][2] = True                            # the flag stores leave before the final wait
+                progress = True
+                for addr, v in p.stores:
+                    route = next((x for x in routes[r] if x.start <= addr < x.stop), None)
+                    if route is None or route.multicast:
+                        flags[r][addr] = v
+                    for peer in (route.peers if route is not None else ()):
+                        out.append((peer, addr, v))
+            if i == p.records - 1 and not ready(r, p.post):
+                tokens[r] += RECORD_TOKENS
+                continue
+            progress = True
+            if i == p.records - 1:
+                tokens[r] += p.tokens
+                cur[r] = None
+                start(r)
+            else:
+                cur[r][1] = i + 1
+        for peer, addr, v in out:
+            inbox[peer].append((addr, v))
+        stalled = 0 if progress or out else stalled + 1
+        if stalled > 2:
+            break
+    return Estimate(tuple(tokens[r] for r in ranks), tuple(launches[r] for r in ranks), deadlock=True)
+
+
+def _heap(nranks: int, rank: int, config: dict) -> Heap:
+    return Heap(nranks, rank, fifo_slots=int(config.get("fifo_slots", 2)), slot_words=int(config.get("slot_words", 8)),
+                window_words=int(config.get("window_words", 16)), p2p_slot_words=config.get("p2p_slot_words"))
+
+
+def estimate(kind: str, nranks: int, count: int, algo: str, root: int | None = 0, config: dict | None = None,
+             op="sum", dtype="int32") -> Estimate:
+    """The predicted cost of one call of the collectives that have two algorithms (allreduce, allgather, broadcast)
+    on a fresh communicator."""
+    config = dict(config or {})
+    key = (kind, nranks, count, algo, root or 0, tuple(sorted((k, v) for k, v in config.items()
+                                                              if isinstance(v, (int, str, bool, type(None))))),
+           str(op), str(dtype))
+    return _estimate(key, config)
+
+
+
+
+_memo: dict = {}
+
+
+def _estimate(key, config) -> Estimate:
+    if key in _memo:
+        return _memo[key]
+    kind, n, count, algo, root, _, op, dtype = key
+    dt = DataType.UINT32 if dtype == "uint32" else DataType.INT32
+    rop = red_op(op) if op not in ("", "None") else red_op("sum")
+    ops, heaps = {}, {}
+    for r in range(n):
+        heap = heaps[r] = _heap(n, r, config)
+        sch = SC.Scheduler(heap, SC.RankState(), dt, rop, kind)
+        buf = lambda m: as_buffer(np.zeros(max(m, 0), np.int32), "cost model")     # noqa: E731  (sizes only)
+        if count:
+            if kind == "allreduce":
+                sch.allreduce(buf(count), buf(count), count, algo)
+            elif kind == "allgather":
+                sch.allgather(buf(count), buf(count * n), count, algo)
+            elif kind == "broadcast":
+                sch.broadcast(buf(count), buf(count), count, root, algo)
+            else:
+                raise ValueError(f"the cost model prices allreduce, allgather and broadcast, not {kind}")
+        ops[r] = sch.ops
+    est = simulate(ops, heaps)
+    if len(_memo) > 4096:
+        _memo.clear()
+    _memo[key] = est
+    return est
