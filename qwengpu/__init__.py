@@ -8,6 +8,6 @@
 from .device import Device, Kernel, Packet, Record
 from .interpreter import Interpreter, Wait
 from .isa import MachineError
-from .lower import Program
+from .lowering import Program
 
 __all__ = ["Device", "Kernel", "Packet", "Record", "Interpreter", "Wait", "MachineError", "Program"]

@@ -26,7 +26,7 @@ import numpy as np
 from . import tokens as T
 from .interpreter import Interpreter, Wait
 from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
-from .lower import Program, lower
+from .lowering import Program, lower
 from .ptx import parse
 from .toolchain import ptx_for
 

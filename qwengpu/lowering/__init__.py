@@ -1,0 +1,70 @@
+"""Lowering: one PTX kernel plus its launch arguments -> machine blocks (qwengpu.isa.Block).
+
+The stages, one module each, run in this order:
+
+1. ``cfg.basic_blocks``          split the body at labels and branches.
+2. ``propagate.propagate``       constants and thread-index affine values through the control-flow graph, with
+                                 ``transfer.step``: the one transfer function per instruction every stage uses.
+3. ``emit.Emitter``              the executable blocks in program order as machine ops (``mop.MOp``) under lane
+                                 predicates (``predicates.Predicate``); addresses in words (``pointers``).
+4. ``fuse.fuse``                 packs a load into its consumer, a store or a branch into the op computing its value.
+5. ``regalloc.allocate``         virtual registers onto the 15 machine registers; the ROM blocks.
+
+Limits are errors that name the value and the limit: more than 32 blocks, more than 15 registers, an unsupported
+instruction (with its text and line), wrong launch arguments.
+
+Example::
+
+    >>> from qwengpu.ptx import parse
+    >>> from qwengpu.toolchain import ptx_for
+    >>> kernel = parse(ptx_for("qwengpu/kernels/vadd.cu")).kernels["vadd"]    # doctest: +SKIP
+    >>> len(lower(kernel, [0, 16, 32, 16], threads=16).blocks)                  # doctest: +SKIP
+    2
+"""
+from __future__ import annotations
+
+from .. import isa
+from ..isa import MachineError
+from .cfg import basic_blocks
+from .emit import Emitter
+from .fuse import fuse
+from .mop import Program
+from .propagate import propagate
+from .regalloc import allocate
+from .values import MASK32, Const, Context
+
+__all__ = ["lower", "Program", "bind_arguments"]
+
+
+def bind_arguments(kernel, args: list[int]) -> dict:
+    """Launch arguments as constants: pointers (64-bit parameters) as byte addresses, integers as 32-bit words."""
+    if len(args) != len(kernel.params):
+        names = ", ".join(f"{p.name}: {p.type}" for p in kernel.params)
+        raise MachineError(f"kernel {kernel.name} takes {len(kernel.params)} arguments ({names}), got {len(args)}")
+    params = {}
+    for param, value in zip(kernel.params, args):
+        if param.type.endswith("64"):
+            if not 0 <= value <= isa.SINK:
+                raise MachineError(f"kernel {kernel.name} argument {param.name}: pointer {value} is not a device "
+                                   f"word address 0..{isa.SINK}")
+            params[param.name] = Const(value * 4)       # PTX addresses are bytes; the machine's are words
+        elif param.type[1:] in ("32", "16", "8"):
+            bits = int(param.type[1:])
+            if not -(1 << (bits - 1)) <= value < (1 << bits):
+                raise MachineError(f"kernel {kernel.name} argument {param.name}: {value} does not fit {bits} bits")
+            params[param.name] = Const(value & ((1 << bits) - 1) & MASK32)
+        else:
+            raise MachineError(f"kernel {kernel.name} parameter {param.name}: type .{param.type} is not supported "
+                               "(integers of 8 to 32 bits and pointers)")
+    return params
+
+
+def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1) -> Program:
+    """Lower a parsed PTX kernel for a launch with these argument values, this many threads per block, as block
+    ``block`` of a grid of ``blocks``."""
+    context = Context(bind_arguments(kernel, args), threads, blocks, block)
+    cfg = basic_blocks(kernel)
+    states = propagate(kernel, cfg, context)
+    emitter = Emitter(kernel, cfg, states, context)
+    mops = fuse(emitter.run())
+    return allocate(kernel.name, mops, emitter.barrier)

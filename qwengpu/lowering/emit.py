@@ -1,0 +1,770 @@
+"""Emission: executable basic blocks, in program order, as machine ops under lane predicates.
+
+Forward branches are if-converted into lane predicates (so ``if (i != 0) return;`` lets one thread post a flag);
+backward branches stay real branches: uniform ones (``while (*flag < k) {}``) as the machine's branch on lane values.
+Registers that hold addresses (pointers.address_registers) are kept in words; every other register holds a plain
+value: 32-bit registers their value, narrower ones their value zero-extended (so unsigned compares need nothing),
+64-bit ones their low word. Each PTX instruction becomes a short sequence of the machine's ALU ops (isa.OPS); the
+table ``self.OPS`` names the method that builds each. Fences and ``bar.sync`` are no-ops: one warp runs at a time
+and stores leave in order.
+
+Example::
+
+    >>> from qwengpu.lowering import lower                 # the stages in order; see lowering/__init__.py
+"""
+from __future__ import annotations
+
+import itertools
+
+from ..isa import MachineError
+from ..ptx import Instruction, Mem, Reg
+from .cfg import BasicBlock
+from .mop import MOp
+from .pointers import address_registers
+from .predicates import FALSE, TRUE, Predicate
+from .transfer import evaluate, guard_value, make_reader, sources, step
+from .values import DYNAMIC, MASK32, SPECIAL, Affine, Const, Context, destination, signed, unsupported, width
+from .semantics import bits_of, to_signed, types
+
+CMP_OPS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+           "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+
+
+class Emitter:
+    """Walks the executable basic blocks in program order and emits machine ops under lane predicates."""
+
+    def __init__(self, kernel, blocks: list[BasicBlock], states: dict, context: Context):
+        self.kernel, self.blocks, self.states, self.context = kernel, blocks, states, context
+        self.mops: list[MOp] = []
+        self.barrier = False
+        self.temps = itertools.count()
+        self.materialized: dict[Predicate, tuple] = {}
+        self.addresses = address_registers(kernel.body)
+        self.dynamic = self._dynamic_registers()
+        self.used = self._source_registers()
+        self.pred = TRUE
+        self.inst: Instruction | None = None
+
+    # -- analyses over the executable blocks ----------------------------------------------------------------------
+    def _walk(self):
+        """(instruction, state before it, read) for every instruction of every executable block."""
+        for index, entry in self.states.items():
+            state = dict(entry)
+            read = make_reader(state, self.context)
+            block = self.blocks[index]
+            for inst in block.body:
+                yield inst, state, read
+                step(inst, state, read, self.context)
+            if block.terminator is not None:
+                yield block.terminator, state, read
+
+    def _dynamic_registers(self) -> set[str]:
+        """Registers whose value the machine must hold in some place they are read."""
+        dynamic = set()
+        for inst, state, read in self._walk():
+            for operand in inst.operands + ((inst.guard,) if inst.guard else ()):
+                reg = operand.base if isinstance(operand, Mem) else operand
+                if isinstance(reg, Reg) and reg.name not in SPECIAL and state.get(reg.name) == DYNAMIC:
+                    dynamic.add(reg.name)
+        return dynamic
+
+    def _source_registers(self) -> set[str]:
+        names = set()
+        for block in self.blocks:
+            for inst in block.body + ([block.terminator] if block.terminator else []):
+                first = 1 if destination(inst) else 0
+                for operand in list(inst.operands[first:]) + [inst.guard]:
+                    reg = operand.base if isinstance(operand, Mem) else operand
+                    if isinstance(reg, Reg):
+                        names.add(reg.name)
+        return names
+
+    def temp(self) -> str:
+        return f"%t{next(self.temps)}"
+
+    def reg_bits(self, name: str) -> int:
+        """The declared width of a register (by its name's prefix)."""
+        typ = self.kernel.registers.get(name.rstrip("0123456789")) or self.kernel.registers.get(name, "b32")
+        return 1 if typ == "pred" else bits_of(typ) or 32
+
+    # -- predicates ------------------------------------------------------------------------------------------------
+    def predicate_field(self, pred: Predicate):
+        if pred.always:
+            return None
+        if pred.never:
+            raise MachineError("internal: emitting under a false predicate")
+        if len(pred.atoms) == 1:
+            return (pred.atoms[0], (True,) not in pred.rows)
+        if pred in self.materialized:
+            return self.materialized[pred]
+        # Sum of minterms over the atoms, each atom 0 or 1: a product is 1 exactly when every literal matches.
+        terms = []
+        for row in sorted(pred.rows):
+            value = None
+            for atom, bit in zip(pred.atoms, row):
+                literal = self.temp()
+                self.mops.append(MOp("eq", (atom, 0), (None, int(bit)), literal, text=f"predicate literal {atom}"))
+                if value is not None:
+                    product = self.temp()
+                    self.mops.append(MOp("and", (value, 0), (literal, 0), product, text="predicate product"))
+                    literal = product
+                value = literal
+            terms.append(value)
+        result = terms[0]
+        for term in terms[1:]:
+            total = self.temp()
+            self.mops.append(MOp("or", (result, 0), (term, 0), total, text="predicate sum"))
+            result = total
+        self.materialized[pred] = (result, False)
+        return self.materialized[pred]
+
+    def invalidate(self, register: str) -> None:
+        self.materialized = {p: v for p, v in self.materialized.items() if register not in p.atoms}
+
+    # -- operands --------------------------------------------------------------------------------------------------
+    def value_operand(self, operand, value) -> tuple:
+        """A machine operand (source, imm) holding ``value`` as a plain 32-bit word."""
+        if isinstance(value, Const):
+            return (None, value.value & MASK32)
+        if isinstance(value, Affine):
+            if value.coef == 1:
+                return ("tid", value.offset & MASK32)
+            scaled = self.temp()
+            self.mops.append(MOp("mul", ("tid", 0), (None, value.coef & MASK32), scaled, text="thread index scale"))
+            return (scaled, value.offset & MASK32)
+        if value == DYNAMIC and isinstance(operand, Reg):
+            if operand.name == "%laneid":
+                lane = self.temp()
+                self.mops.append(MOp("and", ("tid", 0), (None, 3), lane, text="lane id"))
+                return (lane, 0)
+            return (operand.name, 0)
+        raise MachineError(f"register {operand} is read before any definition reaches it")
+
+    def word_value(self, value, what: str):
+        """A known byte address or offset as a known word address: it must be a multiple of 4."""
+        inst = self.inst
+        if isinstance(value, Const):
+            byte = to_signed(value.value, 64)
+            if byte % 4:
+                raise MachineError(f"line {inst.line}: {what} {byte} is not a multiple of 4 (word aligned): "
+                                   f"{inst.text}")
+            return Const((byte // 4) & MASK32)
+        if value.coef % 4 or value.offset % 4:
+            raise MachineError(f"line {inst.line}: {what} {value.coef}*tid{value.offset:+d} is not word aligned: "
+                               f"{inst.text}")
+        return Affine(value.coef // 4, value.offset // 4)
+
+    def src(self, read, i: int) -> tuple:
+        """Source i of the current instruction as a plain value."""
+        operand = sources(self.inst)[i]
+        if isinstance(operand, Reg) and operand.name in self.addresses:
+            raise MachineError(f"line {self.inst.line}: {operand.name} holds an address and is used here as a "
+                               f"value (pointer arithmetic outside an address is not supported): {self.inst.text}")
+        return self.value_operand(operand, read(operand))
+
+    def word(self, read, operand) -> tuple:
+        """An operand of address arithmetic, in words."""
+        value = read(operand)
+        if isinstance(value, (Const, Affine)):
+            return self.value_operand(operand, self.word_value(value, "byte offset"))
+        if isinstance(operand, Reg) and operand.name in self.addresses:
+            return (operand.name, 0)
+        raise MachineError(f"line {self.inst.line}: {operand} is used as an address but holds a plain value: "
+                           f"{self.inst.text}")
+
+    def address(self, read, mem: Mem) -> tuple[tuple, int]:
+        """A memory operand as (word address operand, byte within the word)."""
+        inst = self.inst
+        if isinstance(mem.base, str) or mem.base is None:
+            raise unsupported(inst, "only addresses held in registers are global memory")
+        value = read(mem.base)
+        if isinstance(value, Const):
+            byte = value.value + mem.offset
+            return (None, (byte // 4) & MASK32), byte % 4
+        if isinstance(value, Affine):
+            shifted = Affine(value.coef, value.offset + mem.offset)
+            if shifted.coef % 4:
+                raise MachineError(f"line {inst.line}: address {value.coef}*tid{value.offset:+d} is not word "
+                                   f"aligned: {inst.text}")
+            base = Affine(shifted.coef, shifted.offset - shifted.offset % 4)
+            return self.value_operand(None, self.word_value(base, "address")), shifted.offset % 4
+        if mem.base.name not in self.addresses:
+            raise MachineError(f"line {inst.line}: {mem.base.name} is not an address the machine can use: "
+                               f"{inst.text}")
+        return (mem.base.name, (mem.offset // 4) & MASK32), mem.offset % 4
+
+    # -- emission --------------------------------------------------------------------------------------------------
+    def run(self) -> list[MOp]:
+        incoming: dict[int, Predicate] = {0: TRUE}
+        first_mop: dict[int, int] = {}
+        back_edges = []
+        for block in self.blocks:
+            if block.index not in self.states:
+                continue
+            pred = incoming.get(block.index, FALSE)
+            if pred.never:
+                continue
+            first_mop[block.index] = len(self.mops)
+            state = dict(self.states[block.index])
+            read = make_reader(state, self.context)
+            for inst in block.body:
+                self.instruction(inst, pred, state, read)
+            for successor, contribution in self.terminator(block, pred, read):
+                if successor <= block.index:
+                    back_edges.append((block, successor, contribution))
+                else:
+                    incoming[successor] = incoming.get(successor, FALSE) | contribution
+        for block, header, contribution in back_edges:
+            if incoming.get(header, FALSE) != contribution:
+                raise MachineError(f"kernel {self.kernel.name}: the loop at line {block.terminator.line} runs under a "
+                                   "divergent condition; loops must be uniform (same trip count on every lane)")
+        for mop in self.mops:
+            if isinstance(mop.target, int):
+                if mop.target not in first_mop:
+                    raise MachineError(f"internal: branch to block {mop.target} that emitted nothing")
+                mop.target_index = first_mop[mop.target]
+        targets = {mop.target for mop in self.mops if isinstance(mop.target, int)}
+        for index, position in first_mop.items():
+            if index in targets and position < len(self.mops):
+                self.mops[position].labels.add(index)
+        return self.mops
+
+    def terminator(self, block: BasicBlock, pred: Predicate, read):
+        term = block.terminator
+        fall = block.index + 1
+        if term is None:
+            return [(fall, pred)] if fall < len(self.blocks) else []
+        guard = guard_value(term, read)
+        if guard == Const(0):
+            return [(fall, pred)] if fall < len(self.blocks) else []
+        guarded = guard != Const(1)
+        taken_pred = pred & Predicate.atom(term.guard.name, term.guard_negated) if guarded else pred
+        if term.base in ("ret", "exit"):
+            return [(fall, pred & ~taken_pred)] if guarded and fall < len(self.blocks) else []
+        target = block.successors[0]
+        if target > block.index:                               # forward: if-converted, no machine branch
+            edges = [(target, taken_pred)]
+            if guarded:
+                edges.append((fall, pred & ~taken_pred))
+            return edges
+        # A backward branch is a loop: a real, uniform branch.
+        if not pred.always:
+            raise MachineError(f"kernel {self.kernel.name}: the loop at line {term.line} runs under a divergent "
+                               "condition; loops must be uniform (same trip count on every lane)")
+        if guarded:
+            self.mops.append(MOp("a", self.value_operand(term.guard, read(term.guard)),
+                                 branch="zero" if term.guard_negated else "nonzero", target=target, line=term.line,
+                                 text=term.text))
+            return [(target, pred), (fall, pred)]
+        self.mops.append(MOp("a", branch="always", target=target, line=term.line, text=term.text))
+        return [(target, pred)]
+
+    def emit(self, mop: MOp, pred: Predicate | None = None) -> MOp:
+        mop.line, mop.text = self.inst.line, self.inst.text
+        mop.pred = self.predicate_field(self.pred if pred is None else pred)
+        self.mops.append(mop)
+        return mop
+
+    def op(self, name: str, a: tuple, b: tuple = (None, 0), dst: str | None = None, **kw) -> str:
+        """Emit ``dst = name(a, b)`` under the current predicate; a fresh temporary when dst is None."""
+        dst = dst or self.temp()
+        self.emit(MOp(name, a, b, dst, **kw))
+        return dst
+
+    def instruction(self, inst: Instruction, pred: Predicate, state: dict, read) -> None:
+        self.inst = inst
+        base = inst.base
+        if base in ("membar", "fence", "bar", "barrier"):
+            if base in ("bar", "barrier"):
+                self.barrier = True
+            return
+        guard = guard_value(inst, read)
+        if guard == Const(0):
+            return
+        if guard != Const(1):
+            pred = pred & Predicate.atom(inst.guard.name, inst.guard_negated)
+        self.pred = pred
+        if base in ("st", "red"):
+            self._check_global()
+            if base == "red":
+                self._atomic(read, None)
+            else:
+                self._store(read)
+            return
+        dst = destination(inst)
+        if dst is None:
+            raise unsupported(inst)
+        if base == "atom":
+            self._check_global()
+            self._atomic(read, dst)
+        elif dst in self.dynamic:
+            value_here = evaluate(inst, read, self.context)
+            if value_here is not None:
+                self._compute(read, dst, value_here)
+        step(inst, state, read, self.context)
+        self.invalidate(dst)
+
+    def _check_global(self) -> None:
+        inst = self.inst
+        if "global" not in inst.modifiers and "shared" not in inst.modifiers and "volatile" not in inst.modifiers:
+            raise MachineError(f"line {inst.line}: only global memory exists on this machine: {inst.text}")
+        if width(inst) not in (8, 16, 32):
+            raise MachineError(f"line {inst.line}: memory words are 32 bits; a {width(inst)}-bit access is not "
+                               f"supported: {inst.text}")
+
+    # -- memory ----------------------------------------------------------------------------------------------------
+    def _store(self, read) -> None:
+        inst = self.inst
+        where, byte = self.address(read, inst.operands[0])
+        value = self.src(read, 0)
+        bits = width(inst)
+        if bits == 32:
+            if byte:
+                raise MachineError(f"line {inst.line}: a 32-bit store at byte {byte} of a word is not aligned: "
+                                   f"{inst.text}")
+            self.emit(MOp("a", value, store=where))
+            return
+        # A narrow store is two atomic read-modify-writes of the word (clear the field, or in the value), so lanes
+        # storing different bytes of one word all land.
+        shift = 8 * byte
+        field = ((1 << bits) - 1) << shift
+        if value[0] is None:
+            part = (None, ((value[1] & ((1 << bits) - 1)) << shift) & MASK32)
+        else:
+            masked = self.op("and", value, (None, (1 << bits) - 1))
+            part = (self.op("shl", (masked, 0), (None, shift)), 0) if shift else (masked, 0)
+        self.emit(MOp("and", where, (None, ~field & MASK32), load=True, store=where, atomic=True))
+        self.emit(MOp("or", where, part, load=True, store=where, atomic=True))
+
+    def _load(self, read, dst: str) -> None:
+        inst = self.inst
+        where, byte = self.address(read, inst.operands[1])
+        bits = width(inst)
+        if bits == 32:
+            if byte:
+                raise MachineError(f"line {inst.line}: a 32-bit load at byte {byte} of a word is not aligned: "
+                                   f"{inst.text}")
+            self.op("a", where, dst=dst, load=True)
+            return
+        word = self.op("a", where, load=True)
+        self._extract(word, 8 * byte, bits, signed(inst), dst)
+
+    def _extract(self, word: str, shift: int, bits: int, is_signed: bool, dst: str) -> None:
+        """dst = the field of ``bits`` bits at ``shift`` of word, zero- or sign-extended to dst's width."""
+        dst_bits = self.reg_bits(dst)
+        if is_signed:
+            top = self.op("shl", (word, 0), (None, 32 - shift - bits)) if 32 - shift - bits else word
+            if dst_bits >= 32:
+                self.op("shr_s", (top, 0), (None, 32 - bits), dst=dst)
+            else:
+                extended = self.op("shr_s", (top, 0), (None, 32 - bits))
+                self.op("and", (extended, 0), (None, (1 << dst_bits) - 1), dst=dst)
+            return
+        shifted = self.op("shr_u", (word, 0), (None, shift)) if shift else word
+        if shift + bits < 32:
+            self.op("and", (shifted, 0), (None, (1 << bits) - 1), dst=dst)
+        else:
+            self.op("a", (shifted, 0), dst=dst)
+
+    def _atomic(self, read, dst: str | None) -> None:
+        inst = self.inst
+        mem = inst.operands[1] if dst is not None else inst.operands[0]
+        if width(inst) != 32:
+            raise MachineError(f"line {inst.line}: atomics are on 32-bit words: {inst.text}")
+        where, byte = self.address(read, mem)
+        kinds = {"add": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor", "exch": "b",
+                 "inc": None, "dec": None, "cas": None}
+        kind = next((m for m in inst.modifiers if m in kinds), None)
+        if kind is None or kinds[kind] is None:
+            raise unsupported(inst, "atomics are add, min, max, and, or, xor and exch")
+        op = kinds[kind]
+        if op in ("min", "max"):
+            op += "_s" if signed(inst) else "_u"
+        value = self.src(read, 0)
+        wanted = dst is not None and dst in self.used
+        if not wanted:
+            self.emit(MOp(op, where, value, None, load=True, store=where, atomic=True))
+            return
+        if op == "add":   # atom returns the old value: new - v, computed by the machine
+            new = self.temp()
+            self.emit(MOp("add", where, value, new, load=True, store=where, atomic=True))
+            self.op("sub", (new, 0), value, dst=dst)
+            return
+        raise unsupported(inst, f"the old value of atom.{kind} is not available; only atom.add returns it")
+
+    # -- arithmetic --------------------------------------------------------------------------------------------------
+    def _compute(self, read, dst: str, value_here) -> None:
+        """Emit the machine op(s) that compute a dynamic destination."""
+        inst = self.inst
+        base = inst.base
+        if value_here != DYNAMIC:
+            # Known here, but the register merges with another definition elsewhere: the machine holds it.
+            if dst in self.addresses:
+                value_here = self.word_value(value_here, "address")
+            self.op("a", self.value_operand(None, value_here), dst=dst)
+            return
+        if base == "ld":
+            if "param" in inst.modifiers:
+                raise unsupported(inst)
+            self._check_global()
+            self._load(read, dst)
+            return
+        if dst in self.addresses:
+            self._address_arithmetic(read, dst)
+            return
+        method = getattr(self, "_op_" + base, None)
+        if method is None:
+            raise unsupported(inst)
+        method(read, dst)
+
+    def _address_arithmetic(self, read, dst: str) -> None:
+        """Arithmetic whose result is an address or byte offset, computed in words."""
+        inst = self.inst
+        base, ops = inst.base, inst.operands
+        if base in ("mov", "cvta"):
+            self.op("a", self.word(read, ops[1]), dst=dst)
+        elif base in ("add", "sub", "and", "or", "xor"):
+            self.op(base, self.word(read, ops[1]), self.word(read, ops[2]), dst=dst)
+        elif base == "selp":
+            self._select(read, dst, self.word(read, ops[1]), self.word(read, ops[2]), ops[3])
+        elif base in ("mul", "shl") or (base == "cvt" and len(types(inst)) == 2):
+            # An index times the element size: the product in bytes, divided by 4 (exact for aligned addresses).
+            if base == "cvt":
+                index, factor = self.src(read, 0), 1
+            elif base == "shl":
+                if not isinstance(read(ops[2]), Const):
+                    raise unsupported(inst, "an address shifted by a register")
+                index, factor = self.src(read, 0), 1 << read(ops[2]).value
+            else:
+                a, b = read(ops[1]), read(ops[2])
+                if isinstance(a, Const):
+                    a, b = b, a
+                    index_op = ops[2]
+                else:
+                    index_op = ops[1]
+                if not isinstance(b, Const):
+                    raise unsupported(inst, "an address that is a product of two machine values")
+                index, factor = self.value_operand(index_op, a), to_signed(b.value, 64)
+                if isinstance(index_op, Reg) and index_op.name in self.addresses:
+                    raise unsupported(inst, "an address multiplied")
+            if base == "cvt" and (bits_of(types(inst)[1]) or 32) < 32:
+                index = (self.op("and", index, (None, (1 << bits_of(types(inst)[1])) - 1)), 0)
+            if factor % 4 == 0:
+                if factor // 4 == 1:
+                    self.op("a", index, dst=dst)
+                else:
+                    self.op("mul", index, (None, (factor // 4) & MASK32), dst=dst)
+            else:
+                product = self.op("mul", index, (None, factor & MASK32)) if factor != 1 else index[0]
+                source = (product, 0) if factor != 1 else index
+                self.op("shr_s", source, (None, 2), dst=dst)
+        else:
+            raise unsupported(inst, "this instruction cannot compute an address")
+
+    def _select(self, read, dst: str, first: tuple, second: tuple, cond) -> None:
+        """dst = cond ? first : second, correct when dst is also one of the sources (written last, never read
+        after it is overwritten)."""
+        atom = Predicate.atom(cond.name)
+        if first == (dst, 0) and second == (dst, 0):
+            return
+        if first == (dst, 0):
+            self.emit(MOp("a", second, dst=dst), self.pred & ~atom)
+            return
+        if second == (dst, 0):
+            self.emit(MOp("a", first, dst=dst), self.pred & atom)
+            return
+        if first[0] == dst or second[0] == dst:      # dst + k: read it into a temporary first
+            copy = self.op("a", (dst, 0))
+            first = (copy, first[1]) if first[0] == dst else first
+            second = (copy, second[1]) if second[0] == dst else second
+        self.emit(MOp("a", second, dst=dst))
+        self.emit(MOp("a", first, dst=dst), self.pred & atom)
+
+    def _narrow(self, result: str | tuple, dst: str, bits: int) -> None:
+        """Write a result to dst keeping the narrow-register invariant (zero-extended to the register's width)."""
+        source = (result, 0) if isinstance(result, str) else result
+        if bits < 32:
+            self.op("and", source, (None, (1 << bits) - 1), dst=dst)
+        else:
+            self.op("a", source, dst=dst)
+
+    def _extended(self, read, i: int, bits: int, is_signed: bool) -> tuple:
+        """Source i as a full 32-bit value: a narrow signed register sign-extended."""
+        operand = self.src(read, i)
+        if bits >= 32 or not is_signed:
+            return operand
+        if operand[0] is None:
+            return (None, to_signed(operand[1], bits) & MASK32)
+        top = self.op("shl", operand, (None, 32 - bits))
+        return (self.op("shr_s", (top, 0), (None, 32 - bits)), 0)
+
+    def _need_fits(self, bits: int) -> None:
+        if bits > 32:
+            raise MachineError(f"line {self.inst.line}: a 64-bit {self.inst.base} depends on the high word, which "
+                               f"the machine's 32-bit registers do not hold: {self.inst.text}")
+
+    # Each _op_<base>(read, dst) builds one PTX instruction from machine ops.
+    def _op_mov(self, read, dst):
+        if "pred" in self.inst.modifiers:
+            source = self.src(read, 0)
+            self.op("ne", source, (None, 0), dst=dst) if source[0] is not None else self.op(
+                "a", (None, int(bool(source[1]))), dst=dst)
+            return
+        self.op("a", self.src(read, 0), dst=dst)
+
+    _op_cvta = _op_mov
+
+    def _op_cvt(self, read, dst):
+        inst = self.inst
+        typed = types(inst)
+        if len(typed) != 2 or "pred" in typed:
+            raise unsupported(inst)
+        dst_bits, src_bits = bits_of(typed[0]), bits_of(typed[1])
+        source = self._extended(read, 0, src_bits, typed[1].startswith("s"))
+        operand = sources(inst)[0]
+        if (src_bits < 32 and not typed[1].startswith("s") and isinstance(operand, Reg)
+                and self.reg_bits(operand.name) > src_bits):
+            # A narrow register holds its value zero-extended; a wider one is cut to the source width here.
+            source = (self.op("and", source, (None, (1 << src_bits) - 1)), 0)
+        if dst_bits < 32 and (src_bits > dst_bits or typed[1].startswith("s")):
+            self._narrow(source, dst, dst_bits)
+        else:
+            self.op("a", source, dst=dst)
+
+    def _binary(self, read, dst, op: str, extend: bool = False) -> None:
+        inst = self.inst
+        bits = width(inst)
+        is_signed = signed(inst)
+        if extend:
+            self._need_fits(bits)
+            a, b = self._extended(read, 0, bits, is_signed), self._extended(read, 1, bits, is_signed)
+        else:
+            a, b = self.src(read, 0), self.src(read, 1)
+        if bits < 32 and op not in ("and", "or", "xor", "shr_u", "min_u", "max_u", "div_u", "rem_u"):
+            self._narrow(self.op(op, a, b), dst, bits)
+        else:
+            self.op(op, a, b, dst=dst)
+
+    def _op_add(self, read, dst):
+        self._binary(read, dst, "add")
+
+    def _op_sub(self, read, dst):
+        self._binary(read, dst, "sub")
+
+    def _op_and(self, read, dst):
+        self._binary(read, dst, "and")
+
+    def _op_or(self, read, dst):
+        self._binary(read, dst, "or")
+
+    def _op_xor(self, read, dst):
+        self._binary(read, dst, "xor")
+
+    def _op_shl(self, read, dst):
+        self._shift(read, dst, "shl")
+
+    def _op_shr(self, read, dst):
+        self._shift(read, dst, "shr_s" if signed(self.inst) else "shr_u")
+
+    def _shift(self, read, dst, op):
+        bits = width(self.inst)
+        amount = read(sources(self.inst)[1])
+        if bits < 32 and not (isinstance(amount, Const) and amount.value < bits):
+            raise unsupported(self.inst, f"a {bits}-bit shift by a register")
+        self._binary(read, dst, op, extend=op != "shl")
+
+    def _op_min(self, read, dst):
+        self._binary(read, dst, "min_s" if signed(self.inst) else "min_u", extend=True)
+
+    def _op_max(self, read, dst):
+        self._binary(read, dst, "max_s" if signed(self.inst) else "max_u", extend=True)
+
+    def _op_div(self, read, dst):
+        self._divide(read, dst, "div")
+
+    def _op_rem(self, read, dst):
+        self._divide(read, dst, "rem")
+
+    def _divide(self, read, dst, kind):
+        self._binary(read, dst, f"{kind}_{'s' if signed(self.inst) else 'u'}", extend=True)
+
+    def _op_mul(self, read, dst):
+        inst = self.inst
+        mods = inst.modifiers
+        bits = width(inst)
+        if "lo" in mods:
+            self._binary(read, dst, "mul")
+        elif "wide" in mods:
+            if bits > 16:
+                # The low word of a 64-bit product is the 32-bit product: exact for every use that reads only it.
+                self.op("mul", self.src(read, 0), self.src(read, 1), dst=dst)
+            else:
+                a = self._extended(read, 0, bits, signed(inst))
+                b = self._extended(read, 1, bits, signed(inst))
+                self.op("mul", a, b, dst=dst)
+        else:
+            raise unsupported(inst, "mul.hi needs the high word of a product")
+
+    def _op_mad(self, read, dst):
+        inst = self.inst
+        if "hi" in inst.modifiers:
+            raise unsupported(inst, "mad.hi needs the high word of a product")
+        bits = width(inst)
+        if "wide" in inst.modifiers and bits <= 16:
+            product = self.op("mul", self._extended(read, 0, bits, signed(inst)),
+                              self._extended(read, 1, bits, signed(inst)))
+        else:
+            product = self.op("mul", self.src(read, 0), self.src(read, 1))
+        total = self.op("add", (product, 0), self.src(read, 2))
+        if bits < 32 and "wide" not in inst.modifiers:
+            self._narrow(total, dst, bits)
+        else:
+            self.op("a", (total, 0), dst=dst)
+
+    def _op_neg(self, read, dst):
+        bits = width(self.inst)
+        result = self.op("sub", (None, 0), self.src(read, 0))
+        self._narrow(result, dst, bits)
+
+    def _op_not(self, read, dst):
+        if "pred" in self.inst.modifiers:
+            self.op("eq", self.src(read, 0), (None, 0), dst=dst)
+            return
+        bits = width(self.inst)
+        if bits < 32:
+            self.op("xor", self.src(read, 0), (None, (1 << bits) - 1), dst=dst)
+        else:
+            self.op("xor", self.src(read, 0), (None, MASK32), dst=dst)
+
+    def _op_cnot(self, read, dst):
+        self.op("eq", self.src(read, 0), (None, 0), dst=dst)
+
+    def _op_abs(self, read, dst):
+        bits = width(self.inst)
+        self._need_fits(bits)
+        a = self._extended(read, 0, bits, True)
+        negated = self.op("sub", (None, 0), a)
+        self._narrow(self.op("max_s", a, (negated, 0)), dst, bits)
+
+    def _op_setp(self, read, dst):
+        inst = self.inst
+        mods = inst.modifiers
+        cmp = CMP_OPS.get(mods[0])
+        if cmp is None or len(mods) != 2:
+            raise unsupported(inst, "setp with a combining operation or a float comparison")
+        bits = width(inst)
+        self._need_fits(bits)
+        unsigned_cmp = mods[0] in ("lo", "ls", "hi", "hs") or not signed(inst)
+        op = cmp if cmp in ("eq", "ne") else f"{cmp}_{'u' if unsigned_cmp else 's'}"
+        is_signed = not unsigned_cmp and cmp not in ("eq", "ne")
+        a, b = self._extended(read, 0, bits, is_signed), self._extended(read, 1, bits, is_signed)
+        self.op(op, a, b, dst=dst)
+
+    def _op_selp(self, read, dst):
+        ops = self.inst.operands
+        cond = read(ops[3])
+        if isinstance(cond, Const):
+            self.op("a", self.src(read, 0 if cond.value else 1), dst=dst)
+            return
+        self._select(read, dst, self.src(read, 0), self.src(read, 1), ops[3])
+
+    def _op_slct(self, read, dst):
+        inst = self.inst
+        cond = self.src(read, 2)
+        negative = self.op("lt_s", cond, (None, 0))
+        first, second = self.src(read, 0), self.src(read, 1)
+        # slct picks the first source where c >= 0.
+        self._select(read, dst, second, first, Reg(negative))
+
+    def _op_bfe(self, read, dst):
+        inst = self.inst
+        bits = width(inst)
+        self._need_fits(bits)
+        pos, length = read(sources(inst)[1]), read(sources(inst)[2])
+        if not (isinstance(pos, Const) and isinstance(length, Const)):
+            raise unsupported(inst, "bfe with a position or length held in a register")
+        p, n = pos.value & 0xFF, length.value & 0xFF
+        a = self.src(read, 0)
+        if n == 0:
+            self.op("a", (None, 0), dst=dst)
+            return
+        p = min(p, 31)
+        n = min(n, 32 - p) if not signed(inst) else n
+        if signed(inst):
+            n = min(n, 32 - p)
+            top = self.op("shl", a, (None, 32 - p - n)) if 32 - p - n else a[0]
+            self.op("shr_s", (top, 0) if isinstance(top, str) else a, (None, 32 - n), dst=dst)
+        else:
+            self._extract_operand(a, p, n, dst)
+
+    def _extract_operand(self, a: tuple, shift: int, bits: int, dst: str) -> None:
+        shifted = (self.op("shr_u", a, (None, shift)), 0) if shift else a
+        if shift + bits < 32:
+            self.op("and", shifted, (None, (1 << bits) - 1), dst=dst)
+        else:
+            self.op("a", shifted, dst=dst)
+
+    def _op_bfi(self, read, dst):
+        inst = self.inst
+        pos, length = read(sources(inst)[2]), read(sources(inst)[3])
+        if not (isinstance(pos, Const) and isinstance(length, Const)):
+            raise unsupported(inst, "bfi with a position or length held in a register")
+        p, n = pos.value & 0xFF, length.value & 0xFF
+        if n == 0 or p >= 32:
+            self.op("a", self.src(read, 1), dst=dst)
+            return
+        n = min(n, 32 - p)
+        field = (((1 << n) - 1) << p) & MASK32
+        inserted = self.op("shl", self.src(read, 0), (None, p)) if p else None
+        part = self.op("and", (inserted, 0) if inserted else self.src(read, 0), (None, field))
+        kept = self.op("and", self.src(read, 1), (None, ~field & MASK32))
+        self.op("or", (kept, 0), (part, 0), dst=dst)
+
+    def _op_shf(self, read, dst):
+        inst = self.inst
+        amount = read(sources(inst)[2])
+        if not isinstance(amount, Const):
+            raise unsupported(inst, "a funnel shift by a register")
+        n = amount.value & 31 if "wrap" in inst.modifiers else min(amount.value & MASK32, 32)
+        low, high = self.src(read, 0), self.src(read, 1)
+        if n == 0:
+            self.op("a", high if "l" in inst.modifiers else low, dst=dst)
+            return
+        if n == 32:
+            self.op("a", low if "l" in inst.modifiers else high, dst=dst)
+            return
+        if "l" in inst.modifiers:
+            up, down = self.op("shl", high, (None, n)), self.op("shr_u", low, (None, 32 - n))
+        else:
+            up, down = self.op("shl", high, (None, 32 - n)), self.op("shr_u", low, (None, n))
+        self.op("or", (up, 0), (down, 0), dst=dst)
+
+    def _op_prmt(self, read, dst):
+        inst = self.inst
+        selector = read(sources(inst)[2])
+        if not isinstance(selector, Const) or len(inst.modifiers) != 1:
+            raise unsupported(inst, "prmt with a selector held in a register, or a prmt mode")
+        sources_ = [self.src(read, 0), self.src(read, 1)]
+        parts = []
+        for i in range(4):
+            sel = (selector.value >> (4 * i)) & 0xF
+            source = sources_[(sel & 7) // 4]
+            byte = sel & 3
+            if sel & 8:                                  # the byte's sign replicated
+                top = self.op("shl", source, (None, 24 - 8 * byte)) if byte != 3 else source[0]
+                filled = self.op("shr_s", (top, 0) if isinstance(top, str) else source, (None, 31))
+                parts.append(self.op("and", (filled, 0), (None, 0xFF << (8 * i))))
+                continue
+            shift = 8 * (i - byte)
+            if shift > 0:
+                moved = (self.op("shl", source, (None, shift)), 0)
+            elif shift < 0:
+                moved = (self.op("shr_u", source, (None, -shift)), 0)
+            else:
+                moved = source
+            parts.append(self.op("and", moved, (None, 0xFF << (8 * i))))
+        total = parts[0]
+        for part in parts[1:-1]:
+            total = self.op("or", (total, 0), (part, 0))
+        self.op("or", (total, 0), (parts[-1], 0), dst=dst)
+

@@ -1,0 +1,224 @@
+"""Block fusion: pack neighbouring machine ops into one ROM block where the pipeline allows (every record saved is
+about nine tokens): a load into its consumer, a store or a branch into the op that computes its value, copies with an
+offset into the operands that read them, dead and overwritten ops removed.
+
+Example::
+
+    >>> from qwengpu.lowering.emit import MOp
+    >>> mops = fuse([MOp("add", ("tid", 0), (None, 1), "%r1"), MOp("a", ("%r1", 0), store=("tid", 0))])
+    >>> len(mops), mops[0].store
+    (1, ('tid', 0))
+"""
+from __future__ import annotations
+
+from ..isa import MachineError
+from .mop import COMMUTATIVE, MIRROR, MOp
+
+MASK32 = 0xFFFFFFFF
+
+
+def _uses(mops: list[MOp]) -> dict[str, int]:
+    """How many ops read each register (a predicated op's own destination not counted)."""
+    counts: dict[str, int] = {}
+    for mop in mops:
+        for reg in mop.reads(keep=False):
+            counts[reg] = counts.get(reg, 0) + 1
+    return counts
+
+
+def _simple(mop: MOp) -> bool:
+    return not mop.load and mop.store is None and mop.branch == "none" and not mop.atomic
+
+
+def fuse(mops: list[MOp]) -> list[MOp]:
+    """Pack neighbouring ops into one block where the pipeline allows: every record saved is ~9 tokens."""
+    changed, rounds = True, 0
+    while changed:
+        changed, rounds = False, rounds + 1
+        if rounds > 100 * (len(mops) + 10):
+            raise MachineError("internal: block fusion does not settle")
+        uses = _uses(mops)
+        for i, mop in enumerate(mops):
+            if mop.dst and not uses.get(mop.dst) and mop.store is None and mop.branch == "none" and not mop.atomic:
+                _remove(mops, i)
+                changed = True
+                break
+        if changed:
+            continue
+        for mop in mops:
+            _canonical_copy(mop)
+        for i, mop in enumerate(mops):
+            if _propagate_copy(mops, i):
+                changed = True
+
+        for i, mop in enumerate(mops):
+            if _overwritten(mops, i):
+                _remove(mops, i)
+                changed = True
+                break
+        if changed:
+            continue
+        for i in range(len(mops) - 1):
+            first, second = mops[i], mops[i + 1]
+            if second.labels or first.pred != second.pred:
+                continue
+            # compute ; store it
+            if (first.dst and first.store is None and first.branch == "none" and second.op == "a"
+                    and second.a == (first.dst, 0) and not second.load and second.store is not None
+                    and second.dst is None and second.branch == "none" and not second.atomic
+                    and second.store[0] != first.dst):
+                first.store = second.store
+                if uses.get(first.dst, 0) == 1:
+                    first.dst = None
+                _merge(mops, i)
+                changed = True
+                break
+            # compute ; branch on it
+            if (first.dst and first.branch == "none" and second.op == "a" and second.a == (first.dst, 0)
+                    and _simple_branch(second)):
+                first.branch, first.target = second.branch, second.target
+                first.target_index = second.target_index
+                if uses.get(first.dst, 0) == 1:
+                    first.dst = None
+                _merge(mops, i)
+                changed = True
+                break
+            # anything ; jump
+            if (first.branch == "none" and second.branch == "always" and second.op == "a" and second.a == (None, 0)
+                    and second.dst is None and second.store is None and second.pred is None):
+                first.branch, first.target, first.target_index = "always", second.target, second.target_index
+                _merge(mops, i)
+                changed = True
+                break
+            # load ; use it
+            if (first.load and not first.atomic and first.op == "a" and first.store is None and first.branch == "none"
+                    and first.dst and uses.get(first.dst, 0) == 1
+                    and not second.load and not second.atomic and second.dst != first.dst
+                    and (second.store is None or second.store[0] != first.dst)):
+                if second.a == (first.dst, 0) and second.b[0] != first.dst:
+                    second.a, second.load = first.a, True
+                elif second.b == (first.dst, 0) and second.a[0] != first.dst and (
+                        second.op in COMMUTATIVE or second.op in MIRROR):
+                    second.op = MIRROR.get(second.op, second.op)
+                    second.a, second.b, second.load = first.a, second.a, True
+                else:
+                    continue
+                second.labels |= first.labels
+                mops.pop(i)
+                _shift_targets(mops, i)
+                changed = True
+                break
+        if not changed:
+            for i in range(len(mops)):
+                if _sink_load(mops, i):
+                    changed = True
+                    break
+    return mops
+
+
+def _canonical_copy(mop: MOp) -> None:
+    """``d = s + k`` and ``d = s - k`` with k an immediate are copies with an offset: operands absorb them."""
+    if mop.load or mop.atomic or mop.op not in ("add", "sub"):
+        return
+    if mop.b[0] is None:
+        k = mop.b[1] if mop.op == "add" else -mop.b[1]
+        mop.op, mop.a, mop.b = "a", (mop.a[0], (mop.a[1] + k) & MASK32), (None, 0)
+    elif mop.op == "add" and mop.a[0] is None:
+        mop.op, mop.a, mop.b = "a", (mop.b[0], (mop.b[1] + mop.a[1]) & MASK32), (None, 0)
+
+
+def _sink_load(mops: list[MOp], i: int) -> bool:
+    """Pack a plain load into the later op that is its only reader, across ops that neither store, branch nor touch
+    its registers. Each success removes an op, so fusion always ends."""
+    mop = mops[i]
+    if not (mop.load and not mop.atomic and mop.op == "a" and mop.store is None and mop.branch == "none"
+            and mop.dst and mop.pred is None and _uses(mops).get(mop.dst, 0) == 1):
+        return False
+    address_regs = {s for s, _ in (mop.a, mop.b) if s not in (None, "tid")}
+    for j in range(i + 1, len(mops)):
+        later = mops[j]
+        if later.labels:
+            return False
+        if mop.dst in later.reads():
+            if later.load or later.atomic or later.pred is not None or later.dst == mop.dst or (
+                    later.store is not None and later.store[0] == mop.dst):
+                return False
+            if later.a == (mop.dst, 0) and later.b[0] != mop.dst:
+                later.a, later.load = mop.a, True
+            elif later.b == (mop.dst, 0) and later.a[0] != mop.dst and (
+                    later.op in COMMUTATIVE or later.op in MIRROR):
+                later.op = MIRROR.get(later.op, later.op)
+                later.a, later.b, later.load = mop.a, later.a, True
+            else:
+                return False
+            mops[i + 1].labels |= mop.labels
+            mops.pop(i)
+            _shift_targets(mops, i)
+            return True
+        if later.store is not None or later.branch != "none" or later.dst == mop.dst or later.dst in address_regs:
+            return False
+    return False
+
+
+def _propagate_copy(mops: list[MOp], i: int) -> bool:
+    """After ``d = s + k``, later reads of d in the same straight line read s + k directly. True if any changed."""
+    mop = mops[i]
+    if (mop.op != "a" or not mop.dst or mop.load or mop.store is not None or mop.branch != "none"
+            or mop.pred is not None or mop.b != (None, 0)):
+        return False
+    source, offset = mop.a
+    if source == mop.dst:
+        return False
+    changed = False
+    for later in mops[i + 1:]:
+        if later.labels:
+            break
+        for name in ("a", "b", "store"):
+            operand = getattr(later, name)
+            if operand is not None and operand[0] == mop.dst:
+                setattr(later, name, (source, (operand[1] + offset) & MASK32))
+                changed = True
+        if later.dst in (mop.dst, source) or later.branch != "none":
+            break
+    return changed
+
+
+def _overwritten(mops: list[MOp], i: int) -> bool:
+    """True when mops[i]'s result is replaced on every lane it wrote before anything reads it."""
+    mop = mops[i]
+    if not mop.dst or mop.store is not None or mop.branch != "none" or mop.atomic:
+        return False
+    for later in mops[i + 1:]:
+        if later.labels or mop.dst in later.reads(keep=False):
+            return False
+        if later.dst == mop.dst and later.pred in (None, mop.pred):
+            return True
+        if later.branch != "none" or (mop.pred and later.dst == mop.pred[0]):
+            return False
+    return False
+
+
+def _simple_branch(mop: MOp) -> bool:
+    return (mop.branch in ("nonzero", "zero") and mop.b == (None, 0) and not mop.load and mop.store is None
+            and mop.dst is None and mop.pred is None)
+
+
+def _remove(mops: list[MOp], i: int) -> None:
+    """Drop a dead op; a branch target it carried moves to the op that takes its place."""
+    if i + 1 < len(mops):
+        mops[i + 1].labels |= mops[i].labels
+    mops.pop(i)
+    _shift_targets(mops, i)
+
+
+def _merge(mops: list[MOp], i: int) -> None:
+    """Drop mops[i + 1] after its work moved into mops[i]."""
+    mops.pop(i + 1)
+    _shift_targets(mops, i + 1)
+
+
+def _shift_targets(mops: list[MOp], removed: int) -> None:
+    for mop in mops:
+        index = getattr(mop, "target_index", None)
+        if index is not None and index > removed:
+            mop.target_index = index - 1

@@ -1,0 +1,55 @@
+"""Machine ops over virtual registers (before fusion and register allocation) and the program they become.
+
+Example::
+
+    >>> MOp("add", ("%r1", 0), (None, 4), "%r2").reads()
+    ['%r1']
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..isa import Block
+
+# Ops whose operands may swap, and the compare each compare becomes when they do.
+COMMUTATIVE = {"add", "mul", "and", "or", "xor", "min_s", "max_s", "min_u", "max_u", "eq", "ne"}
+MIRROR = {"lt_s": "gt_s", "le_s": "ge_s", "gt_s": "lt_s", "ge_s": "le_s", "lt_u": "gt_u", "le_u": "ge_u",
+          "gt_u": "lt_u", "ge_u": "le_u", "eq": "eq", "ne": "ne"}
+
+
+@dataclass
+class Program:
+    """Machine blocks for one launch configuration, with a listing for people."""
+    kernel: str
+    blocks: list[Block]
+    registers: int
+    barrier: bool
+    listing: list[str]
+
+
+@dataclass
+class MOp:
+    op: str = "a"
+    a: tuple = (None, 0)            # (source, imm): source None, "tid" or a virtual register name
+    b: tuple = (None, 0)
+    dst: str | None = None
+    load: bool = False
+    store: tuple | None = None      # address (source, imm)
+    atomic: bool = False
+    pred: tuple | None = None       # (virtual register, negated)
+    branch: str = "none"
+    target: object = None           # basic block index, or "exit"
+    line: int = 0
+    text: str = ""
+    labels: set = field(default_factory=set)   # basic blocks that start here
+    target_index: int | None = None            # the machine op a branch goes to
+
+    def reads(self, keep: bool = True) -> list[str]:
+        regs = [s for s, _ in (self.a, self.b) if s not in (None, "tid")]
+        if self.store is not None and self.store[0] not in (None, "tid"):
+            regs.append(self.store[0])
+        if self.pred is not None:
+            regs.append(self.pred[0])
+        if keep and self.pred is not None and self.dst is not None:
+            regs.append(self.dst)          # inactive lanes keep the old value
+        return regs

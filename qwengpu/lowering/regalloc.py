@@ -1,0 +1,103 @@
+"""Register allocation: virtual registers onto the machine's 15 (liveness over the block graph), then ROM blocks.
+
+Example::
+
+    >>> from qwengpu.lowering.mop import MOp
+    >>> program = allocate("k", [MOp("add", ("tid", 0), (None, 1), store=("tid", 0))], False)
+    >>> program.blocks[0].op, len(program.blocks)
+    ('add', 1)
+"""
+from __future__ import annotations
+
+from ..isa import EXIT, NONE, REGISTERS, ROM_BLOCKS, TID, Block, MachineError, Operand
+from .mop import MOp, Program
+
+
+def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
+    """Give virtual registers machine registers (liveness over the block graph), then build the ROM blocks."""
+    if not mops or mops[-1].branch != "none" and mops[-1].branch != "always":
+        mops.append(MOp("a", branch="always", target="exit", text="exit"))
+    elif mops[-1].branch == "none":
+        mops[-1].branch, mops[-1].target = "always", "exit"
+    if len(mops) > ROM_BLOCKS:
+        raise MachineError(f"kernel {kernel} needs {len(mops)} blocks; the ROM holds {ROM_BLOCKS}")
+    succ = []
+    for i, mop in enumerate(mops):
+        nexts = [] if mop.branch == "always" else [i + 1] if i + 1 < len(mops) else []
+        if mop.branch != "none" and mop.target != "exit":
+            nexts.append(mop.target_index)
+        succ.append(nexts)
+    live_in = [set() for _ in mops]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(mops))):
+            out = set().union(*(live_in[s] for s in succ[i])) if succ[i] else set()
+            new = (out - ({mops[i].dst} if mops[i].dst else set())) | set(mops[i].reads())
+            if new != live_in[i]:
+                live_in[i], changed = new, True
+    interference: dict[str, set] = {}
+    for i, mop in enumerate(mops):
+        out = set().union(*(live_in[s] for s in succ[i])) if succ[i] else set()
+        for reg in out | set(mop.reads()) | ({mop.dst} if mop.dst else set()):
+            interference.setdefault(reg, set())
+        if mop.dst:
+            for reg in out:
+                if reg != mop.dst:
+                    interference[mop.dst].add(reg)
+                    interference[reg].add(mop.dst)
+    live_at_entry = live_in[0] if mops else set()
+    for a in live_at_entry:      # registers read before written hold 0 from the warp's start: keep them apart
+        for b in live_at_entry:
+            if a != b:
+                interference[a].add(b)
+    color: dict[str, int] = {}
+    for reg in sorted(interference, key=lambda r: (-len(interference[r]), r)):
+        taken = {color[n] for n in interference[reg] if n in color}
+        free = next(c for c in range(len(interference) + 1) if c not in taken)
+        color[reg] = free
+    needed = max(color.values(), default=-1) + 1
+    if needed > REGISTERS:
+        raise MachineError(f"kernel {kernel} needs {needed} registers per lane; the machine has {REGISTERS}")
+
+    def operand(source, imm=0) -> Operand:
+        if source is None:
+            return Operand(NONE, imm)
+        if source == "tid":
+            return Operand(TID, imm)
+        return Operand(color[source], imm)
+
+    blocks, listing = [], []
+    for i, mop in enumerate(mops):
+        store = operand(*mop.store) if mop.store is not None else None
+        target = EXIT if mop.target == "exit" or mop.branch == "none" else mop.target_index
+        block = Block(
+            op=mop.op, a=operand(*mop.a), b=operand(*mop.b), dst=color[mop.dst] if mop.dst else NONE,
+            load=mop.load, store=store.reg if store else NONE, store_imm=store.imm if store else 0,
+            store_enable=store is not None, atomic=mop.atomic,
+            pred=color[mop.pred[0]] if mop.pred else NONE, pred_negate=bool(mop.pred and mop.pred[1]),
+            branch=mop.branch, target=target)
+        blocks.append(block)
+        listing.append(f"b{i:<2} {block}    ; line {mop.line}: {mop.text}" if mop.line else f"b{i:<2} {block}")
+    _check_uniform_branches(kernel, mops)
+    return Program(kernel, blocks, needed, barrier, listing)
+
+
+def _check_uniform_branches(kernel: str, mops: list[MOp]) -> None:
+    """A real branch must see the same value on every lane: refuse one whose condition depends on the thread."""
+    divergent: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for mop in mops:
+            sources = [s for s, _ in (mop.a, mop.b)]
+            if mop.dst and mop.dst not in divergent and (
+                    mop.pred is not None or "tid" in sources or any(s in divergent for s in sources)):
+                divergent.add(mop.dst)
+                changed = True
+    for mop in mops:
+        if mop.branch in ("nonzero", "zero"):
+            sources = [s for s, _ in (mop.a, mop.b)]
+            if "tid" in sources or any(s in divergent for s in sources):
+                raise MachineError(f"kernel {kernel}: the branch at line {mop.line} ({mop.text}) depends on the "
+                                   "thread index; a loop's condition must be the same on every lane")

@@ -1,0 +1,120 @@
+"""Abstract values: what the lowering knows about a register at a program point.
+
+A constant (launch arguments are bound as constants), an affine function of the thread index, DYNAMIC (the machine
+computes it), or None (no definition reaches yet).
+
+Example::
+
+    >>> join(Const(1), Const(1)), join(Const(1), Const(2)), join(None, Affine(4, 0))
+    (Const(value=1), 'dynamic', Affine(coef=4, offset=0))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import isa
+from ..isa import MachineError
+from ..ptx import Imm, Instruction, Reg
+
+MASK32 = 0xFFFFFFFF
+MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int
+
+
+@dataclass(frozen=True)
+class Affine:
+    """coef * tid + offset: a thread index expression, known without running the machine."""
+    coef: int
+    offset: int
+
+
+DYNAMIC = "dynamic"     # computed by the machine
+
+
+def join(a, b):
+    """The value a register may hold after two paths meet."""
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    return DYNAMIC
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the lowering knows of the launch: parameter values (pointers as byte addresses) and the thread count."""
+    params: dict
+    threads: int
+    blocks: int = 1             # blocks in the grid (%nctaid.x)
+    block: int = 0              # this block's index (%ctaid.x): blocks run one after another, each lowered alone
+
+
+SPECIAL = {"%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x", "%tid.y", "%tid.z", "%ntid.y", "%ntid.z", "%ctaid.y",
+           "%ctaid.z", "%nctaid.y", "%nctaid.z", "%laneid"}
+
+
+def width(inst: Instruction) -> int:
+    """The width in bits of an instruction's (last) type modifier; 32 when it names none."""
+    for mod in reversed(inst.modifiers):
+        if mod[1:].isdigit() and mod[0] in "subf":
+            return int(mod[1:])
+    if "pred" in inst.modifiers:
+        return 1
+    return 32
+
+
+def signed(inst: Instruction) -> bool:
+    return any(m.startswith("s") and m[1:].isdigit() for m in inst.modifiers)
+
+
+def is_predicate(inst: Instruction) -> bool:
+    return "pred" in inst.modifiers
+
+
+def unsupported(inst: Instruction, why: str = "") -> MachineError:
+    return MachineError(f"unsupported PTX instruction at line {inst.line}{' (' + why + ')' if why else ''}: "
+                        f"{inst.text}")
+
+
+def destination(inst: Instruction) -> str | None:
+    """The register an instruction writes, or None (stores, fences, barriers, branches)."""
+    if inst.base in ("st", "red", "membar", "fence", "bar", "barrier", "bra", "ret", "exit") or not inst.operands:
+        return None
+    first = inst.operands[0]
+    return first.name if isinstance(first, Reg) else None
+
+
+def signed_value(value: int, bits: int) -> int:
+    bits = 64 if bits > 32 else 32
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def make_reader(state: dict, context: Context):
+    """read(operand) -> abstract value of a register or immediate in ``state``."""
+    def read(operand):
+        if isinstance(operand, Imm):
+            return Const(operand.value & MASK64)
+        if isinstance(operand, Reg):
+            name = operand.name
+            if name in SPECIAL:
+                if name == "%tid.x":
+                    return Affine(1, 0)
+                if name == "%laneid":
+                    return DYNAMIC
+                if name == "%ntid.x":
+                    return Const(context.threads)
+                if name == "%nctaid.x":
+                    return Const(context.blocks)
+                if name == "%ctaid.x":
+                    return Const(context.block)
+                if name in ("%ntid.y", "%ntid.z", "%nctaid.y", "%nctaid.z"):
+                    return Const(1)
+                return Const(0)
+            return state.get(name, Const(0))   # registers start at 0 on the machine
+        raise MachineError(f"unexpected operand {operand!r}")
+    return read

@@ -1,0 +1,129 @@
+"""Silent miscompiles found by hand and by the differential trial (issue 9), each as a kernel checked against numpy.
+
+Each case is written as the CUDA (or PTX) a user wrote; the expected words come from numpy evaluating the same C
+expression, never from the lowering.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qwengpu import Device
+from qwengpu.toolchain import nvrtc_available
+
+HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
+needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (nvidia-cuda-nvrtc wheel) is not installed")
+
+
+def run(source: str, threads: int, args: list[int], memory: dict[int, list[int]], read: tuple[int, int]):
+    dev = Device()
+    for address, words in memory.items():
+        dev.write(address, np.array(words, dtype=np.int64))
+    dev.launch(dev.load_kernel(source, "k"), threads=threads, args=args)
+    return dev.read(*read)
+
+
+GUARD_PTX = HEADER + """
+.visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)
+{
+    .reg .pred %p<2>; .reg .b32 %r<4>; .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [k_param_0];
+    ld.param.u32 %r1, [k_param_1];
+    ld.global.u32 %r2, [%rd1];
+    setp.ne.s32 %p1, %r1, 0;
+    @%p1 mov.u32 %r2, 5;
+    add.s32 %r3, %r2, 1;
+    st.global.u32 [%rd1+4], %r3;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("flag", [0, 1])
+def test_guard_that_is_constant_false(flag):
+    """A guarded mov whose guard folds to false must leave the loaded value in place (stored 1, not 43)."""
+    out = run(GUARD_PTX, 1, [0, flag], {0: [42, 0]}, (0, 2))
+    expect = np.array([42, (5 if flag else 42) + 1])
+    np.testing.assert_array_equal(out, expect)
+
+
+@needs_nvrtc
+def test_wide_multiply_by_a_multiple_of_4_is_a_value_not_an_offset():
+    src = 'extern "C" __global__ void k(int *out) { out[threadIdx.x] = (int)((unsigned)(threadIdx.x > 0u) << 13); }'
+    tid = np.arange(4)
+    np.testing.assert_array_equal(run(src, 4, [0], {}, (0, 4)), (tid > 0).astype(np.int64) << 13)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("s0", [305419896, -2023406815, 255, 65536])
+def test_narrow_read_of_a_parameter_keeps_width_and_offset(s0):
+    src = ('extern "C" __global__ void k(int *out, int s0) { out[0] = (int)((unsigned)s0 & 255u); '
+           'out[1] = (int)((unsigned)s0 >> 16); out[2] = (int)(short)s0; out[3] = (int)(signed char)(s0 >> 8); }')
+    u = np.uint32(s0 & 0xFFFFFFFF)
+    expect = np.array([u & 255, u >> 16, np.int16(u & 0xFFFF), np.int8((u >> 8) & 0xFF)], dtype=np.int64)
+    np.testing.assert_array_equal(run(src, 1, [0, s0], {}, (0, 4)), expect)
+
+
+PTX_NARROW_PARAM = HEADER + """
+.visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)
+{
+    .reg .b32 %r<3>; .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [k_param_0];
+    ld.param.u8 %r1, [k_param_1];
+    ld.param.u16 %r2, [k_param_1+2];
+    st.global.u32 [%rd1], %r1;
+    st.global.u32 [%rd1+4], %r2;
+    ret;
+}
+"""
+
+
+def test_narrow_parameter_reads_in_ptx():
+    np.testing.assert_array_equal(run(PTX_NARROW_PARAM, 1, [0, 305419896], {}, (0, 2)), [120, 4660])
+
+
+@needs_nvrtc
+def test_select_whose_destination_is_a_source():
+    src = ('extern "C" __global__ void k(int *out) { unsigned v1 = (threadIdx.x == 1u) ? 0u : threadIdx.x; '
+           'if (threadIdx.x >= 2u) { if (((unsigned)out[threadIdx.x] & v1) != 0u) v1 = 0u; } '
+           'out[threadIdx.x] = (int)v1; }')
+    before = np.array([-7, 18, 16, -6])
+    tid = np.arange(4)
+    v1 = np.where(tid == 1, 0, tid)
+    v1 = np.where((tid >= 2) & ((before.astype(np.int64) & 0xFFFFFFFF & v1) != 0), 0, v1)
+    np.testing.assert_array_equal(run(src, 4, [0], {0: list(before)}, (0, 4)), v1)
+
+
+@needs_nvrtc
+def test_select_between_two_pointers():
+    src = ('extern "C" __global__ void k(int *out, const int *x0, const int *x1) { '
+           'out[threadIdx.x] = threadIdx.x > 0u ? x0[threadIdx.x] : x1[threadIdx.x]; }')
+    x0, x1 = np.arange(10, 14), np.arange(20, 24)
+    tid = np.arange(4)
+    out = run(src, 4, [0, 4, 8], {4: list(x0), 8: list(x1)}, (0, 4))
+    np.testing.assert_array_equal(out, np.where(tid > 0, x0, x1))
+
+
+PRED_CONST_PTX = HEADER + """
+.visible .entry k(.param .u64 k_param_0)
+{
+    .reg .pred %p<8>; .reg .b32 %r<4>; .reg .b64 %rd<3>;
+    ld.param.u64 %rd1, [k_param_0];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd2, %rd1, %rd2;
+    ld.global.u32 %r2, [%rd2];
+    setp.lt.s32 %p5, %r2, 2;
+    mov.pred %p7, -1;
+    xor.pred %p6, %p7, %p5;
+    selp.u32 %r3, 1, 0, %p6;
+    st.global.u32 [%rd2], %r3;
+    ret;
+}
+"""
+
+
+def test_predicate_constant_true_is_one():
+    """mov.pred %p, -1 is true: xor with it is a negation (it once xored with all ones)."""
+    x = np.array([0, 5, 1, 7])
+    np.testing.assert_array_equal(run(PRED_CONST_PTX, 4, [0], {0: list(x)}, (0, 4)), (~(x < 2)).astype(int))
