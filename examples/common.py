@@ -1,0 +1,253 @@
+"""What the training runs share: four QwenGPUs with a qccl communicator, a word map, host ops, progress, reports.
+
+A run is a host program that only loads data, copies words and launches kernels; every parameter, gradient,
+activation and loss comes out of the machines, and a numpy replay written independently checks them after every step.
+
+Example (a run's skeleton)::
+
+    from examples import common
+    m = common.Machines(nranks=4, backend="interpreter")
+    p = m.alloc("parameters", 32)                      # the same address on every rank
+    m.run({r: [m.write(p, init[r]), m.launch(KERNEL, 32, (p,))] for r in m.ranks})
+    words = m.read_all(p, 32)                          # {rank: int32 array}, read by the machines (D2H)
+    common.check_equal("p", step=0, machine=words, replay=expected)
+
+The communicator's symmetric heap comes first (qccl lays it out from word 0); a run's buffers are allocated after it,
+where no aperture routes a store, so the runs' kernels read and write local memory only. ``HEAP`` is the smallest
+heap the XOR runs' collectives need: a ring channel of two 8-word slots (18 words, as in the seed), 8 staging words,
+two 4-word multicast windows and 4 flags, and three 1-word p2p channels (qccl lays these out whether or not a run
+sends point to point).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import qccl
+from qccl.buffers import as_buffer
+from qccl.transport import Kernel, Launch, Read, Work, Write
+from qwengpu.isa import SINK
+
+Q8 = 256                                    # 1.0 in the runs' fixed point
+HEAP = {"slot_words": 8, "window_words": 4, "p2p_slot_words": 1}
+
+
+class ReplayMismatch(AssertionError):
+    """The machines' words differ from the numpy replay (names the step, rank, array and first differing index)."""
+
+
+def check_equal(name: str, step: int, machine: dict, replay) -> None:
+    """Every rank's ``machine[rank]`` must equal the replay's words bit for bit (``replay``: one array for all
+    ranks, or a dict per rank). Raises ReplayMismatch naming where they first differ.
+
+    >>> check_equal("p", 0, {0: np.array([1, 2], np.int32)}, np.array([1, 2]))
+    """
+    for rank, words in sorted(machine.items()):
+        want = np.asarray(replay[rank] if isinstance(replay, dict) else replay).astype(np.int64) & 0xFFFFFFFF
+        got = np.asarray(words).astype(np.int64) & 0xFFFFFFFF
+        if got.shape != want.shape or not np.array_equal(got, want):
+            bad = int(np.flatnonzero(got != want)[0]) if got.shape == want.shape else -1
+            raise ReplayMismatch(f"step {step}, rank {rank}: {name} differs from the numpy replay at index {bad} "
+                                 f"(machine {got.astype(np.uint32).view(np.int32)[bad] if bad >= 0 else got.shape}, "
+                                 f"replay {want.astype(np.uint32).view(np.int32)[bad] if bad >= 0 else want.shape})")
+
+
+@dataclass
+class Machines:
+    """``nranks`` QwenGPUs in this process with one qccl communicator each (QLink, in-memory fabric).
+
+    ``backend``: "interpreter", "circuit" or "model" (qwengpu backends); ``heap``: qccl config keys sizing the
+    communicator's heap. ``memory_map()`` lists what every word is used for.
+    """
+    nranks: int = 4
+    backend: str = "interpreter"
+    heap: dict = field(default_factory=lambda: dict(HEAP))
+    comms: list = field(init=False)
+    _next: int = field(init=False)
+    _map: list = field(init=False)
+
+    def __post_init__(self):
+        self.comms = qccl.Communicator.init_all(self.nranks, config={**self.heap, "backend": self.backend})
+        self.world = self.comms[0].world
+        heap = self.comms[0].heap
+        self._next = heap.used
+        self._map = [("qccl heap", 0, heap.used, heap.describe())]
+
+    @property
+    def ranks(self) -> range:
+        return range(self.nranks)
+
+    # -- memory ------------------------------------------------------------------------------------------------------
+    def alloc(self, name: str, n: int) -> int:
+        """n words at the same address on every rank, after the heap; refuses to run past word 126."""
+        if n < 1 or self._next + n > SINK:
+            raise qccl.InvalidArgument(f"alloc({name!r}, {n}): words {self._next}..{self._next + n - 1} do not fit "
+                                       f"below the sink (word {SINK}); {SINK - self._next} words are free")
+        at = self._next
+        self._next += n
+        self._map.append((name, at, n, ""))
+        return at
+
+    def memory_map(self) -> list[dict]:
+        """[{what, first word, words}] for every region, heap first; the last entry is the total used of 127."""
+        rows = [{"what": name, "at": at, "words": n} for name, at, n, _ in self._map]
+        return rows + [{"what": "used", "at": 0, "words": self._next}]
+
+    # -- host ops ----------------------------------------------------------------------------------------------------
+    @staticmethod
+    def write(address: int, words) -> Write:
+        """Host -> device copy of int32 words (fed, free)."""
+        data = np.ascontiguousarray(np.asarray(words, dtype=np.int32).reshape(-1))
+        return Write(address, as_buffer(data, "write"), 0, data.size)
+
+    @staticmethod
+    def launch(kernel: Kernel, threads: int, args, note: str = "") -> Launch:
+        return Launch(kernel, threads, tuple(int(a) for a in args), note)
+
+    @staticmethod
+    def read(address: int, dest: np.ndarray) -> Read:
+        """Device -> host copy into ``dest`` (int32; the machine writes 2 tokens a word)."""
+        return Read(address, as_buffer(dest, "read"), 0, dest.size)
+
+    def run(self, ops: dict) -> None:
+        """Run every rank's host ops together (lockstep: the ranks' records interleave) until all are done."""
+        self.world.run([Work(r, list(ops[r])) for r in sorted(ops)])
+        for r in sorted(ops):
+            self.world.synchronize(r)
+
+    def read_all(self, address: int, n: int) -> dict:
+        out = {r: np.zeros(n, np.int32) for r in self.ranks}
+        self.run({r: [self.read(address, out[r])] for r in self.ranks})
+        return out
+
+    def tokens_written(self) -> list[int]:
+        return [c.stats["tokens_written"] for c in self.comms]
+
+    def launches(self) -> list[int]:
+        return [c.stats["launches"] for c in self.comms]
+
+    def streams(self) -> dict:
+        """Each rank's token stream so far: [(id, origin, written)] (for comparing backends)."""
+        return {r: [(t.id, t.origin, t.written) for t in self.world.devices[r].tokens] for r in self.ranks}
+
+
+def kernel(folder: str | Path, source: str, name: str) -> Kernel:
+    """A run's CUDA kernel: ``source`` in the run's folder (its PTX checked in beside it)."""
+    return Kernel(Path(folder).resolve() / source, name)
+
+
+# -- command line, progress, reports -----------------------------------------------------------------------------
+def parser(description: str, steps: int) -> argparse.ArgumentParser:
+    """The options every run takes: --steps --json --save --backend --png --seed --quiet."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
+    ap.add_argument("--json", help="write steps, tokens, launches, memory map, wall time and results here")
+    ap.add_argument("--save", help="save the final Q8 parameters (named int32 arrays) to this .npz")
+    ap.add_argument("--png", help="save the loss curve here (matplotlib)")
+    ap.add_argument("--backend", default="interpreter", choices=("interpreter", "circuit", "model"),
+                    help="the QwenGPUs' backend (circuit and model: a few steps; they decode every token)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    return ap
+
+
+def check_steps(steps: int) -> None:
+    if steps < 1:
+        raise qccl.InvalidArgument(f"--steps {steps}: a run has at least 1 step")
+
+
+class Progress:
+    """A tqdm bar over the steps showing the loss and model tokens per second (silent with quiet=True)."""
+
+    def __init__(self, steps: int, label: str, quiet: bool = False):
+        self.started = time.perf_counter()
+        self.bar = None
+        if not quiet:
+            from tqdm import tqdm
+            self.bar = tqdm(total=steps, desc=label, unit="step")
+
+    def update(self, loss, tokens_total: int) -> None:
+        if self.bar is not None:
+            rate = tokens_total / max(time.perf_counter() - self.started, 1e-9)
+            self.bar.set_postfix(loss=loss, tok_s=f"{rate:,.0f}")
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+
+@dataclass
+class StepLog:
+    """Per-step figures: tokens written per rank (min / max), launches, the machine's loss words."""
+    rows: list = field(default_factory=list)
+
+    def add(self, step: int, tokens_before: list, tokens_after: list, launches_before: list, launches_after: list,
+            **values) -> dict:
+        per_rank = [a - b for a, b in zip(tokens_after, tokens_before)]
+        launches = [a - b for a, b in zip(launches_after, launches_before)]
+        row = {"step": step, "tokens_min": min(per_rank), "tokens_max": max(per_rank), "launches": max(launches),
+               **values}
+        self.rows.append(row)
+        return row
+
+
+def summary(rows: list, key: str) -> dict:
+    """min / max / median of a per-step field (bookkeeping counters, not machine values)."""
+    values = [r[key] for r in rows]
+    return {"min": int(min(values)), "max": int(max(values)), "median": float(np.median(values))}
+
+
+def write_json(path: str | None, report: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(report, indent=2, default=_plain))
+
+
+def _plain(x):
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON: {type(x).__name__}")
+
+
+def save_npz(path: str | None, arrays: dict) -> None:
+    if path:
+        np.savez(path, **{k: np.asarray(v, dtype=np.int32) for k, v in arrays.items()})
+
+
+def plot_loss(path: str | None, title: str, series: dict, ylabel: str) -> None:
+    """One line per series (name -> list of per-step values) to a PNG (matplotlib, no display)."""
+    if not path:
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for name, values in series.items():
+        ax.plot(range(len(values)), values, label=name, lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(series) > 1:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def print_memory_map(rows: list[dict]) -> None:
+    for row in rows:
+        if row["what"] == "used":
+            print(f"  {row['words']} of {SINK} words used")
+        else:
+            print(f"  {row['at']:>3}..{row['at'] + row['words'] - 1:<3} {row['words']:>3} words  {row['what']}")

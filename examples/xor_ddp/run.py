@@ -1,0 +1,192 @@
+"""xor_ddp: a 2-8-1 ReLU MLP learns XOR on four QwenGPUs, data parallel, checked against the replay every step.
+
+    python -m examples.xor_ddp --steps 300 --json xor_ddp.json --save xor_ddp.npz --png xor_ddp.png
+
+A step on every rank: H2D two half-batches of 4 samples (x0, x1 and the negated target, which the forward turns into
+the error); per half-batch the kernels xor_forward, xor_loss, xor_backward (gradients summed by atomicAdd over both
+halves); D2H of the 32 gradients; qccl AllReduce (ring, over QLink); H2D of the sums; xor_sgd. Before step 0 rank 0's
+initial parameters reach every rank through a qccl Broadcast. The host never adds, scales or compares a value: every
+number below comes out of the machines, and the replay only checks them.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+import qccl
+from examples import common
+
+from . import replay as R
+
+HERE = Path(__file__).resolve().parent
+KERNELS = {name: common.kernel(HERE, "xor.cu", name)
+           for name in ("xor_forward", "xor_backward", "xor_loss", "xor_correct", "xor_sgd")}
+PARAMS, HALF = 32, 4
+DATASET = 64            # samples in the training set (XOR corners); each rank holds a quarter
+BATCH = 8               # samples per step per rank: two half-batches of HALF
+
+
+class XorRun:
+    """The machines, the word map and the host schedule of one XOR run; ``communicate`` is the data-parallel part
+    (xor_zero overrides it)."""
+
+    name = "xor_ddp"
+
+    def __init__(self, seed: int = 0, backend: str = "interpreter", nranks: int = 4):
+        self.seed, self.nranks = seed, nranks
+        self.m = common.Machines(nranks=nranks, backend=backend)
+        self.p = self.m.alloc("parameters (W1 8x2, b1 8, W2 8)", PARAMS)
+        self.g = self.m.alloc("gradients", PARAMS)
+        self.b = self.m.alloc("half-batch (x0 4, x1 4, error 4)", 3 * HALF)
+        self.loss = self.m.alloc("loss / correct-count word", 1)
+        rng = np.random.default_rng(seed)
+        points = rng.integers(0, 4, DATASET)
+        self.shards = [points[r * DATASET // nranks:(r + 1) * DATASET // nranks] for r in range(nranks)]
+        self.replay_p = R.init_params(seed)
+        self.comm_tokens: list[list[int]] = []
+
+    # -- data --------------------------------------------------------------------------------------------------------
+    def minibatch(self, step: int, rank: int) -> np.ndarray:
+        """Indices into the four XOR points of the rank's BATCH samples for this step (drawn from its shard)."""
+        rng = np.random.default_rng([self.seed, step, rank])
+        return self.shards[rank][rng.choice(len(self.shards[rank]), BATCH, replace=False)]
+
+    @staticmethod
+    def half_words(points: np.ndarray) -> np.ndarray:
+        """What the loader copies in: x0[4], x1[4], then each target negated (the data set stores -t)."""
+        return np.concatenate([R.X[points, 0], R.X[points, 1], -R.T[points]]).astype(np.int32)
+
+    # -- the schedule ------------------------------------------------------------------------------------------------
+    def broadcast_init(self) -> None:
+        """Rank 0 initialises; a Broadcast makes the replicas equal; each host copies its replica in."""
+        init = R.init_params(self.seed).astype(np.int32)
+        recv = [np.zeros(PARAMS, np.int32) for _ in range(self.nranks)]
+        with qccl.group():
+            for c in self.m.comms:
+                c.broadcast(init if c.rank == 0 else None, recv[c.rank], root=0)
+        self.m.run({r: [self.m.write(self.p, recv[r])] for r in self.m.ranks})
+
+    def compute(self, step: int) -> tuple[dict, dict]:
+        """Forward, loss and backward of both half-batches on every rank; -> (gradients, loss word) per rank."""
+        m, K = self.m, KERNELS
+        grads = {r: np.zeros(PARAMS, np.int32) for r in m.ranks}
+        losses = {r: np.zeros(1, np.int32) for r in m.ranks}
+        ops = {}
+        for r in m.ranks:
+            batch = self.minibatch(step, r)
+            ops[r] = [m.write(self.g, np.zeros(PARAMS, np.int32)), m.write(self.loss, np.zeros(1, np.int32))]
+            for half in (batch[:HALF], batch[HALF:]):
+                ops[r] += [m.write(self.b, self.half_words(half)),
+                           m.launch(K["xor_forward"], 8, (self.p, self.b, HALF), "forward"),
+                           m.launch(K["xor_loss"], HALF, (self.b, self.loss), "loss"),
+                           m.launch(K["xor_backward"], HALF, (self.p, self.b, self.g), "backward")]
+            ops[r] += [m.read(self.g, grads[r]), m.read(self.loss, losses[r])]
+        m.run(ops)
+        return grads, losses
+
+    def communicate(self, grads: dict) -> None:
+        """DDP: AllReduce the gradients, copy the sums in, SGD on all 32 parameters."""
+        m = self.m
+        summed = {r: np.zeros(PARAMS, np.int32) for r in m.ranks}
+        with qccl.group():
+            for c in m.comms:
+                c.allreduce(grads[c.rank], summed[c.rank], op=qccl.SUM)
+        m.run({r: [m.write(self.g, summed[r]), m.launch(KERNELS["xor_sgd"], PARAMS, (self.p, self.g), "sgd")]
+               for r in m.ranks})
+
+    # -- the replay ----------------------------------------------------------------------------------------------------
+    def replay_step(self, step: int) -> tuple[dict, dict]:
+        """The replay's per-rank gradients and losses for this step; advances the replay's parameters."""
+        grads, losses = {}, {}
+        for r in self.m.ranks:
+            batch = self.minibatch(step, r)
+            halves = (batch[:HALF], batch[HALF:])
+            grads[r] = R.wrap(sum(R.gradients(self.replay_p, R.X[h], R.T[h]) for h in halves))
+            losses[r] = np.array([R.wrap(sum(R.loss(self.replay_p, R.X[h], R.T[h]) for h in halves))])
+        total = R.wrap(sum(grads[r] for r in self.m.ranks))
+        self.replay_p = R.step(self.replay_p, total)
+        return grads, losses
+
+    def evaluate(self) -> dict:
+        """Every rank classifies the four XOR points on its machine; -> {rank: correct count} (the machine's word)."""
+        m, K = self.m, KERNELS
+        counts = {r: np.zeros(1, np.int32) for r in m.ranks}
+        every = np.arange(4)
+        m.run({r: [m.write(self.b, self.half_words(every)), m.write(self.loss, np.zeros(1, np.int32)),
+                   m.launch(K["xor_forward"], 8, (self.p, self.b, HALF), "eval forward"),
+                   m.launch(K["xor_correct"], HALF, (self.b, self.loss), "correct"),
+                   m.read(self.loss, counts[r])] for r in m.ranks})
+        common.check_equal("correct count", -1, counts, np.array([R.correct(self.replay_p, R.X, R.T)]))
+        return {r: int(counts[r][0]) for r in m.ranks}
+
+    # -- the run -------------------------------------------------------------------------------------------------------
+    def train(self, steps: int, quiet: bool = True, on_step=None) -> dict:
+        """Broadcast, then ``steps`` steps, each checked against the replay on every rank; returns the report."""
+        common.check_steps(steps)
+        m = self.m
+        self.broadcast_init()
+        common.check_equal("initial parameters", 0, m.read_all(self.p, PARAMS), self.replay_p)
+        log = common.StepLog()
+        progress = common.Progress(steps, self.name, quiet)
+        for step in range(steps):
+            t0, l0 = m.tokens_written(), m.launches()
+            grads, losses = self.compute(step)
+            t1 = m.tokens_written()
+            self.communicate(grads)
+            t2, l2 = m.tokens_written(), m.launches()
+            want_g, want_l = self.replay_step(step)
+            common.check_equal("gradients", step, grads, want_g)
+            common.check_equal("loss", step, losses, want_l)
+            common.check_equal("parameters", step, m.read_all(self.p, PARAMS), self.replay_p)
+            comm = [b - a for a, b in zip(t1, t2)]
+            row = log.add(step, t0, t2, l0, l2, comm_tokens_min=min(comm), comm_tokens_max=max(comm),
+                          loss=[int(losses[r][0]) for r in m.ranks])
+            progress.update(row["loss"][0], sum(t2))
+            if on_step is not None:
+                on_step(step, self)
+        progress.close()
+        correct = self.evaluate()
+        return {
+            "run": self.name, "steps": steps, "seed": self.seed, "backend": m.backend, "ranks": self.nranks,
+            "wall_s": round(progress.seconds, 2),
+            "tokens_per_step": common.summary(log.rows, "tokens_max") | {"min_over_ranks": common.summary(
+                log.rows, "tokens_min")},
+            "comm_tokens_per_step": common.summary(log.rows, "comm_tokens_max"),
+            "launches_per_step": common.summary(log.rows, "launches"),
+            "memory_map": m.memory_map(), "correct_of_4": correct,
+            "final_loss_q8": log.rows[-1]["loss"], "replay_checked_steps": steps, "steps_log": log.rows,
+        }
+
+    def parameters(self) -> dict:
+        """The final Q8 parameters read from rank 0's machine, as named arrays (b2 is 0: the 32-parameter network
+        of the seed has no output bias)."""
+        p = self.m.read_all(self.p, PARAMS)[0]
+        return {"W1": np.stack([p[0:8], p[8:16]], axis=1), "b1": p[16:24], "W2": p[24:32],
+                "b2": np.zeros(1, np.int32)}
+
+
+def report(result: dict) -> None:
+    tok = result["tokens_per_step"]
+    print(f"{result['run']}: {result['steps']} steps on {result['ranks']} {result['backend']} QwenGPUs in "
+          f"{result['wall_s']} s; every step equal to the numpy replay on every rank")
+    print(f"  tokens written per step per rank: median {tok['median']:.0f} (min over ranks {tok['min_over_ranks']['min']}, "
+          f"max {tok['max']}); communication {result['comm_tokens_per_step']['median']:.0f}; launches per step "
+          f"{result['launches_per_step']['max']}")
+    print(f"  final loss words (Q8, per rank): {result['final_loss_q8']}; XOR points right: {result['correct_of_4']}")
+    print("  memory map:")
+    common.print_memory_map(result["memory_map"])
+
+
+def main(argv=None, run_class=XorRun, steps: int = 300) -> dict:
+    ap = common.parser(run_class.__doc__.splitlines()[0] if run_class.__doc__ else "XOR", steps)
+    args = ap.parse_args(argv)
+    run = run_class(seed=args.seed, backend=args.backend)
+    result = run.train(args.steps, quiet=args.quiet)
+    report(result)
+    common.write_json(args.json, result)
+    common.save_npz(args.save, run.parameters())
+    common.plot_loss(args.png, f"{run.name}: loss word of each rank (Q8)",
+                     {f"rank {r}": [row["loss"][r] for row in result["steps_log"]] for r in run.m.ranks},
+                     "sum of e^2/2 over 8 samples (Q8)")
+    return result
