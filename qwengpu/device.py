@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +32,7 @@ from .ptx import parse
 from .toolchain import ptx_for
 
 MAX_THREADS = 1024
+MAX_BLOCKS = 1024
 DEFAULT_RECORD_LIMIT = 200_000
 
 
@@ -48,19 +50,57 @@ def make_backend(backend: str, **options):
     raise MachineError(f"unknown backend {backend!r}: the backends are 'interpreter', 'circuit' and 'model'")
 
 
+PROGRAM_CACHE = 64        # lowered programs kept per kernel (least recently launched dropped first)
+
+
 @dataclass
 class Kernel:
-    """A kernel loaded on a device: its parsed PTX, lowered per launch (arguments are bound as immediates)."""
+    """A kernel loaded on a device: its parsed PTX, lowered per launch configuration (arguments are bound as
+    immediates). The lowered programs are kept in a bounded cache: launches whose arguments change every time (qccl's
+    flag counters) re-lower rather than grow memory without end.
+
+    ``Kernel.from_program`` wraps ready-made machine blocks (tests, fuzzers, hand-written programs)::
+
+        from qwengpu.isa import Block, Operand, TID, EXIT
+        from qwengpu.lowering import Program
+        blocks = [Block(op="add", a=Operand(TID), b=Operand(imm=1), store=TID, store_enable=True,
+                        branch="always", target=EXIT)]
+        dev.launch(Kernel.from_program(Program("inc", blocks, 0, False, [])), threads=4, args=[])
+    """
     name: str
     ptx: object
     source: str
-    _programs: dict = field(default_factory=dict, repr=False)
+    fixed: Program | None = field(default=None, repr=False)
+    _programs: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
-    def program(self, args: tuple[int, ...], threads: int) -> Program:
-        key = (args, threads)
-        if key not in self._programs:
-            self._programs[key] = lower(self.ptx, list(args), threads)
-        return self._programs[key]
+    @classmethod
+    def from_program(cls, program: Program) -> "Kernel":
+        """A kernel that runs these machine blocks for any thread count; it takes no arguments."""
+        if not isinstance(program, Program):
+            raise MachineError(f"Kernel.from_program takes a qwengpu.lowering.Program, got {type(program).__name__}")
+        return cls(program.kernel, None, "", fixed=program)
+
+    def program(self, args: tuple[int, ...], threads: int, block: int = 0, blocks: int = 1) -> Program:
+        """The machine program for one launch configuration (block ``block`` of a grid of ``blocks``)."""
+        if self.fixed is not None:
+            if args:
+                raise MachineError(f"kernel {self.name} is a ready-made program and takes no arguments, got "
+                                   f"{len(args)}")
+            return self.fixed
+        key = (tuple(args), threads, block, blocks)
+        if key in self._programs:
+            self._programs.move_to_end(key)
+            return self._programs[key]
+        program = lower(self.ptx, list(args), threads, block=block, blocks=blocks)
+        self._programs[key] = program
+        if len(self._programs) > PROGRAM_CACHE:
+            self._programs.popitem(last=False)
+        return program
+
+    @property
+    def cached_programs(self) -> int:
+        """How many lowered programs this kernel keeps now (at most PROGRAM_CACHE)."""
+        return len(self._programs)
 
 
 @dataclass(frozen=True)
@@ -177,9 +217,27 @@ class Device:
             raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(module.kernels)})")
         return Kernel(name, module.kernels[name], ptx_text)
 
-    def launch(self, kernel: Kernel, threads: int, args: Sequence[int], max_records: int = DEFAULT_RECORD_LIMIT):
-        """Run a kernel to completion. A kernel still running after max_records records raises (hang detector)."""
-        self.start(kernel, threads, args)
+    def launch(self, kernel: Kernel, threads: int, args: Sequence[int], max_records: int = DEFAULT_RECORD_LIMIT,
+               blocks: int = 1):
+        """Run a kernel to completion: ``blocks`` blocks of ``threads`` threads, one block after another (each sees
+        its own ``blockIdx.x``). A kernel still running after max_records records raises (hang detector).
+
+        Every block's program is lowered before the first one starts, so a kernel over a limit of the machine
+        fails before it touches memory."""
+        blocks = _integer(blocks, "blocks")
+        if not 1 <= blocks <= MAX_BLOCKS:
+            raise MachineError(f"blocks={blocks}: a grid has 1..{MAX_BLOCKS} blocks")
+        args = tuple(_integer(a, "kernel argument") for a in args)
+        threads = _integer(threads, "threads")
+        if not 1 <= threads <= MAX_THREADS:
+            raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
+        for block in range(blocks):
+            kernel.program(args, threads, block, blocks)
+        for block in range(blocks):
+            self._run_block(kernel, threads, args, max_records, block, blocks)
+
+    def _run_block(self, kernel: Kernel, threads: int, args, max_records: int, block: int, blocks: int) -> None:
+        self.start(kernel, threads, args, block=block, blocks=blocks)
         try:
             records = 0
             while self.busy:
@@ -201,15 +259,16 @@ class Device:
     def busy(self) -> bool:
         return self._launch is not None
 
-    def start(self, kernel: Kernel, threads: int, args: Sequence[int]) -> None:
-        """Begin a launch: feed the program rows that changed and the first warp's header. Writes nothing yet."""
+    def start(self, kernel: Kernel, threads: int, args: Sequence[int], block: int = 0, blocks: int = 1) -> None:
+        """Begin a launch (of block ``block`` of a grid of ``blocks``): feed the program rows that changed and the
+        first warp's header. Writes nothing yet."""
         if self._launch is not None:
             raise MachineError(f"start({kernel.name}): a launch of {self._launch['kernel'].name} is still running")
         threads = _integer(threads, "threads")
         if not 1 <= threads <= MAX_THREADS:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
         args = tuple(_integer(a, "kernel argument") for a in args)
-        program = kernel.program(args, threads)
+        program = kernel.program(args, threads, block, blocks)
         self._check_supported(kernel, program)
         if program.barrier and threads > LANES:
             raise MachineError(f"kernel {kernel.name} uses __syncthreads and threads={threads}: warps run one after "

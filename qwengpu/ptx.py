@@ -168,7 +168,7 @@ def _chunks(text: str):
 def _parse_int(s: str, line: int, text: str) -> int:
     s = s.strip()
     if _FLOAT.match(s):
-        raise _err(line, f"float immediate {s} is not supported", text)
+        raise _err(line, f"float immediate {s} is not supported (the machine has no floating point)", text)
     m = _INT.match(s)
     if not m:
         raise _err(line, f"bad integer {s!r}", text)

@@ -89,14 +89,12 @@ def _one_op_kernel(op: str, operands: list, dst_base: int):
     """A kernel of one warp pair: r0 = mem[tid], then X = op(r0, B) stored at dst_base + 8 k + tid for each B."""
     from qwengpu.device import Kernel
     from qwengpu.isa import EXIT, TID, Block, Operand
-    from qwengpu.lower import Program
+    from qwengpu.lowering import Program
     blocks = [Block(op="a", a=Operand(TID), load=True, dst=0)]
     blocks += [Block(op=op, a=Operand(0), b=b, store=TID, store_imm=dst_base + 8 * k, store_enable=True)
                for k, b in enumerate(operands)]
     blocks.append(Block(op="a", branch="always", target=EXIT))
-    kernel = Kernel(op, None, "")
-    kernel._programs[((), 8)] = Program(op, blocks, 1, False, [])
-    return kernel
+    return Kernel.from_program(Program(op, blocks, 1, False, []))
 
 
 def _c_semantics(op: str, a: int, b: int) -> int:
@@ -180,7 +178,7 @@ def test_atomic_lanes_see_the_stores_of_the_lanes_before_them(circuit_backend):
         Block(op="sub", a=shared, load=True, b=Operand(1), store=NONE, store_imm=shared.imm, store_enable=True,
               atomic=True, pred=1, pred_negate=True, branch="always", target=EXIT),   # even lanes subtract
     ]
-    from qwengpu.lower import Program
+    from qwengpu.lowering import Program
     stream = program_stream(Program("atomics", program, 2, False, []), threads=7, data=np.arange(DATA))
     state = circuit_backend.snapshot()
     result = verify(circuit_backend, stream)

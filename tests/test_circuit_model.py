@@ -33,8 +33,7 @@ def arithmetic_stream():
               Block(op="rem_s", a=Operand(0), b=Operand(NONE, 6), store=TID, store_imm=20, store_enable=True),
               Block(op="div_u", a=Operand(0), b=Operand(NONE, 3), store=TID, store_imm=24, store_enable=True,
                     branch="always", target=EXIT)]
-    kernel = Kernel("arithmetic", None, "")
-    kernel._programs[((), 4)] = Program("arithmetic", blocks, 3, False, [])
+    kernel = Kernel.from_program(Program("arithmetic", blocks, 3, False, []))
     dev.launch(kernel, threads=4, args=[])
     dev.read(8, 20)
     return dev.tokens

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..device import Device, Kernel
 from ..isa import DIVISIONS, EXIT, NONE, REGISTERS, SINK, TID, Block, Operand
-from ..lower import Program
+from ..lowering import Program
 from .compiler import DIVISORS
 
 DATA = 64           # the program's words live at 0..DATA-1; stores go to DATA..SINK-1
@@ -73,8 +73,6 @@ def program_stream(program: Program, threads: int, data):
     """An interpreter device's stream: ``data`` at word 0, ``program`` launched on ``threads`` threads, reads."""
     dev = Device()
     dev.write(0, data)
-    kernel = Kernel("fuzz", None, "")
-    kernel._programs[((), threads)] = program
-    dev.launch(kernel, threads=threads, args=[])
+    dev.launch(Kernel.from_program(program), threads=threads, args=[])
     dev.read(DATA, SINK - DATA)
     return dev.tokens

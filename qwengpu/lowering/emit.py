@@ -172,8 +172,9 @@ class Emitter:
         raise MachineError(f"line {self.inst.line}: {operand} is used as an address but holds a plain value: "
                            f"{self.inst.text}")
 
-    def address(self, read, mem: Mem) -> tuple[tuple, int]:
-        """A memory operand as (word address operand, byte within the word)."""
+    def address(self, read, mem: Mem) -> tuple[tuple, int | str]:
+        """A memory operand as (word address operand, byte within the word); where the byte is known only to the
+        machine, the second item is a register holding its bit shift (byte * 8)."""
         inst = self.inst
         if isinstance(mem.base, str) or mem.base is None:
             raise unsupported(inst, "only addresses held in registers are global memory")
@@ -184,8 +185,11 @@ class Emitter:
         if isinstance(value, Affine):
             shifted = Affine(value.coef, value.offset + mem.offset)
             if shifted.coef % 4:
-                raise MachineError(f"line {inst.line}: address {value.coef}*tid{value.offset:+d} is not word "
-                                   f"aligned: {inst.text}")
+                # Bytes or halfwords indexed by the thread: the word is byte >> 2, the field's shift (byte & 3) * 8.
+                byte_address = self.value_operand(None, shifted)
+                word = self.op("shr_u", byte_address, (None, 2))
+                low = self.op("and", byte_address, (None, 3))
+                return (word, 0), self.op("shl", (low, 0), (None, 3))
             base = Affine(shifted.coef, shifted.offset - shifted.offset % 4)
             return self.value_operand(None, self.word_value(base, "address")), shifted.offset % 4
         if mem.base.name not in self.addresses:
@@ -326,14 +330,21 @@ class Emitter:
             return
         # A narrow store is two atomic read-modify-writes of the word (clear the field, or in the value), so lanes
         # storing different bytes of one word all land.
-        shift = 8 * byte
-        field = ((1 << bits) - 1) << shift
-        if value[0] is None:
-            part = (None, ((value[1] & ((1 << bits) - 1)) << shift) & MASK32)
+        low_mask = (1 << bits) - 1
+        if isinstance(byte, str):
+            masked = self.op("and", value, (None, low_mask)) if value[0] is not None else None
+            part = (self.op("shl", (masked, 0) if masked else (None, value[1] & low_mask), (byte, 0)), 0)
+            field = self.op("shl", (None, low_mask), (byte, 0))
+            keep = (self.op("xor", (field, 0), (None, MASK32)), 0)
         else:
-            masked = self.op("and", value, (None, (1 << bits) - 1))
-            part = (self.op("shl", (masked, 0), (None, shift)), 0) if shift else (masked, 0)
-        self.emit(MOp("and", where, (None, ~field & MASK32), load=True, store=where, atomic=True))
+            shift = 8 * byte
+            keep = (None, ~(low_mask << shift) & MASK32)
+            if value[0] is None:
+                part = (None, ((value[1] & low_mask) << shift) & MASK32)
+            else:
+                masked = self.op("and", value, (None, low_mask))
+                part = (self.op("shl", (masked, 0), (None, shift)), 0) if shift else (masked, 0)
+        self.emit(MOp("and", where, keep, load=True, store=where, atomic=True))
         self.emit(MOp("or", where, part, load=True, store=where, atomic=True))
 
     def _load(self, read, dst: str) -> None:
@@ -347,6 +358,11 @@ class Emitter:
             self.op("a", where, dst=dst, load=True)
             return
         word = self.op("a", where, load=True)
+        if isinstance(byte, str):           # the field moved to the top, then shifted down (sign or zero)
+            lift = self.op("sub", (None, 32 - bits), (byte, 0))
+            top = self.op("shl", (word, 0), (lift, 0))
+            self._extract(top, 32 - bits, bits, signed(inst), dst)
+            return
         self._extract(word, 8 * byte, bits, signed(inst), dst)
 
     def _extract(self, word: str, shift: int, bits: int, is_signed: bool, dst: str) -> None:
@@ -455,9 +471,9 @@ class Emitter:
                 else:
                     self.op("mul", index, (None, (factor // 4) & MASK32), dst=dst)
             else:
-                product = self.op("mul", index, (None, factor & MASK32)) if factor != 1 else index[0]
-                source = (product, 0) if factor != 1 else index
-                self.op("shr_s", source, (None, 2), dst=dst)
+                raise MachineError(f"line {inst.line}: a byte offset of {factor} x a machine value is not a whole "
+                                   f"number of words; byte-granular addresses must be known at launch (from the "
+                                   f"thread index and arguments): {inst.text}")
         else:
             raise unsupported(inst, "this instruction cannot compute an address")
 

@@ -1,0 +1,167 @@
+"""Ordinary CUDA on the interpreter, each kernel's words checked against numpy evaluating the same C expressions.
+
+Also the launch plumbing the issue asked for: a bounded program cache (a kernel launched 1,000 times with changing
+arguments keeps at most PROGRAM_CACHE programs), ready-made programs launched through a public call, grids.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qwengpu import Device
+from qwengpu.device import PROGRAM_CACHE, Kernel
+from qwengpu.isa import EXIT, TID, Block, MachineError, Operand
+from qwengpu.lowering import Program
+from qwengpu.toolchain import nvrtc_available
+
+pytestmark = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (nvidia-cuda-nvrtc wheel) is not installed")
+MASK = 0xFFFFFFFF
+
+
+def words(values) -> np.ndarray:
+    return (np.asarray(values, dtype=np.int64) & MASK).astype(np.uint32).view(np.int32)
+
+
+ADD_V = r'''extern "C" __global__ void k(int *out, const int *x, int n, int v) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = x[i] + v;
+}'''
+
+
+def test_cache_stays_bounded_over_1000_launches():
+    dev = Device()
+    kernel = dev.load_kernel(ADD_V, "k")
+    x = np.arange(4) * 7
+    dev.write(16, x)
+    for v in range(1000):
+        dev.launch(kernel, threads=4, args=[0, 16, 4, v])
+        assert kernel.cached_programs <= PROGRAM_CACHE
+    np.testing.assert_array_equal(dev.read(0, 4), x + 999)
+    assert kernel.cached_programs == PROGRAM_CACHE
+
+
+@pytest.mark.parametrize("blocks,threads,n", [(2, 4, 6), (3, 4, 12), (2, 8, 13)])
+def test_grid_of_blocks(blocks, threads, n):
+    dev = Device()
+    x = np.arange(32) * 3 - 40
+    dev.write(64, x[:32])
+    sentinel = np.full(32, -9)
+    dev.write(0, sentinel)
+    dev.launch(dev.load_kernel(ADD_V, "k"), threads=threads, args=[0, 64, n, 5], blocks=blocks)
+    expect = sentinel.copy()
+    done = min(n, blocks * threads)
+    expect[:done] = x[:done] + 5
+    np.testing.assert_array_equal(dev.read(0, 32), expect)
+
+
+def test_grid_limits_are_errors_before_anything_runs():
+    dev = Device()
+    kernel = dev.load_kernel(ADD_V, "k")
+    with pytest.raises(MachineError, match="blocks=0"):
+        dev.launch(kernel, threads=4, args=[0, 16, 4, 1], blocks=0)
+    assert dev.stats["launches"] == 0 and dev.tokens == []
+
+
+def test_ready_made_program_launches_through_a_public_call():
+    blocks = [Block(op="add", a=Operand(TID), b=Operand(imm=100), store=TID, store_imm=8, store_enable=True,
+                    branch="always", target=EXIT)]
+    kernel = Kernel.from_program(Program("plus100", blocks, 0, False, []))
+    dev = Device()
+    dev.launch(kernel, threads=6, args=[])
+    np.testing.assert_array_equal(dev.read(8, 6), np.arange(6) + 100)
+    with pytest.raises(MachineError, match="takes no arguments"):
+        dev.launch(kernel, threads=4, args=[1])
+
+
+ABS_MIN_MAX = r'''extern "C" __global__ void k(int *out, const int *x, const unsigned *u) {
+  int i = threadIdx.x; int a = x[i]; int ab = a < 0 ? -a : a;
+  out[i] = ab; out[4+i] = min(a, 3); out[8+i] = max(a, -2); out[12+i] = u[i] > 5u ? 1 : 0;
+  out[16+i] = u[i] < u[(i+1)&3]; out[20+i] = (int)umin(u[i], 7u); out[24+i] = abs(a - 100);
+}'''
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_abs_min_max_unsigned_compares(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-300, 300, 4)
+    x[0] = -(1 << 31) + 150 if seed == 1 else x[0]     # abs(a - 100) must not overflow (C's UB)
+    u = rng.integers(0, 1 << 32, 4, dtype=np.uint64)
+    u[:2] = [3, 9]
+    dev = Device()
+    dev.write(32, x)
+    dev.write(48, u.astype(np.int64))
+    dev.launch(dev.load_kernel(ABS_MIN_MAX, "k"), threads=4, args=[0, 32, 48])
+    xi = x.astype(np.int64)
+    expect = np.concatenate([np.abs(xi), np.minimum(xi, 3), np.maximum(xi, -2), (u > 5).astype(np.int64),
+                             (u < np.roll(u, -1)).astype(np.int64), np.minimum(u, 7).astype(np.int64),
+                             np.abs(words(xi - 100).astype(np.int64))])
+    np.testing.assert_array_equal(dev.read(0, 28), words(expect))
+
+
+HISTOGRAM = r'''extern "C" __global__ void k(int *h, const int *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) atomicAdd(&h[x[i] & 3], 1); }'''
+
+
+@pytest.mark.parametrize("n,blocks", [(4, 1), (7, 2), (16, 4)])
+def test_atomic_histogram_on_computed_addresses(n, blocks):
+    rng = np.random.default_rng(n)
+    x = rng.integers(-1000, 1000, 16)
+    dev = Device()
+    dev.write(0, np.zeros(4, dtype=np.int64))
+    dev.write(16, x)
+    dev.launch(dev.load_kernel(HISTOGRAM, "k"), threads=4, args=[0, 16, n], blocks=blocks)
+    np.testing.assert_array_equal(dev.read(0, 4), np.bincount(x[:n] & 3, minlength=4))
+
+
+SUB_WORD = r'''extern "C" __global__ void k(int *out, const int *x) {
+  int i = threadIdx.x; out[i] = x[i] & 0xFF; out[4+i] = (x[i] >> 8) & 0xFFFF; out[8+i] = (signed char)x[i];
+  out[12+i] = (short)(x[i] >> 16); }'''
+
+
+def test_sub_word_loads_that_nvrtc_makes_of_masked_ints():
+    x = np.array([-5, 17, 0x12345678, -200])
+    dev = Device()
+    dev.write(32, x)
+    dev.launch(dev.load_kernel(SUB_WORD, "k"), threads=4, args=[0, 32])
+    xi = x.astype(np.int64)
+    expect = np.concatenate([xi & 0xFF, (xi >> 8) & 0xFFFF, (xi & 0xFF).astype(np.uint8).view(np.int8),
+                             ((xi >> 16) & 0xFFFF).astype(np.uint16).view(np.int16)])
+    np.testing.assert_array_equal(dev.read(0, 16), expect)
+
+
+BYTE_STORES = r'''extern "C" __global__ void k(unsigned char *out, const int *x) {
+  int i = threadIdx.x; out[i] = (unsigned char)(x[i] + 1); }'''
+
+
+def test_byte_stores_from_four_lanes_into_one_word():
+    x = np.array([10, 254, -3, 0x7F])
+    dev = Device()
+    dev.write(0, np.array([0x11223344]))
+    dev.write(8, x)
+    dev.launch(dev.load_kernel(BYTE_STORES, "k"), threads=4, args=[0, 8])
+    expect = int.from_bytes(bytes(int(v + 1) & 0xFF for v in x), "little")
+    np.testing.assert_array_equal(dev.read(0, 1), words([expect]))
+
+
+DIVIDE = r'''extern "C" __global__ void k(int *out, const int *x, const int *d) {
+  int i = threadIdx.x; out[i] = x[i] / d[i]; out[4+i] = x[i] % d[i]; }'''
+
+
+def test_division_by_a_register():
+    x, d = np.array([-5, 17, 3, -200]), np.array([3, -4, 5, 7])
+    dev = Device()
+    dev.write(32, x)
+    dev.write(48, d)
+    dev.launch(dev.load_kernel(DIVIDE, "k"), threads=4, args=[0, 32, 48])
+    q = np.trunc(x / d).astype(np.int64)
+    np.testing.assert_array_equal(dev.read(0, 8), np.concatenate([q, x - q * d]))
+
+
+FLOAT = r'''extern "C" __global__ void k(float *out) { out[threadIdx.x] = out[threadIdx.x] * 1.5f; }'''
+
+
+def test_floating_point_is_refused_by_name_and_line():
+    dev = Device()
+    with pytest.raises(MachineError, match=r"line \d+.*the machine has no floating point.*mul"):
+        dev.launch(dev.load_kernel(FLOAT, "k"), threads=4, args=[0])
+    assert dev.tokens == []
