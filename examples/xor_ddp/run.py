@@ -1,6 +1,6 @@
 """xor_ddp: a 2-8-1 ReLU MLP learns XOR on four QwenGPUs, data parallel, checked against the replay every step.
 
-    python -m examples.xor_ddp --steps 300 --json xor_ddp.json --save xor_ddp.npz --png xor_ddp.png
+    python -m examples.xor_ddp --steps 200 --json xor_ddp.json --save xor_ddp.npz --png xor_ddp.png
 
 A step on every rank: H2D two half-batches of 4 samples (x0, x1 and the negated target, which the forward turns into
 the error); per half-batch the kernels xor_forward, xor_loss, xor_backward (gradients summed by atomicAdd over both
@@ -178,7 +178,7 @@ def report(result: dict) -> None:
     common.print_memory_map(result["memory_map"])
 
 
-def main(argv=None, run_class=XorRun, steps: int = 300) -> dict:
+def main(argv=None, run_class=XorRun, steps: int = 200) -> dict:
     ap = common.parser(run_class.__doc__.splitlines()[0] if run_class.__doc__ else "XOR", steps)
     args = ap.parse_args(argv)
     run = run_class(seed=args.seed, backend=args.backend)

@@ -1,0 +1,49 @@
+"""xor_zero: xor_ddp's network trained as ZeRO-1 on four QwenGPUs, checked against the same replay every step.
+
+    python -m examples.xor_zero --steps 200 --json xor_zero.json --png xor_zero.png
+
+The step's compute is xor_ddp's (the same kernels, xor_ddp/xor.cu). The communication differs: qccl ReduceScatter
+gives rank r the summed gradients of parameters 8r..8r+7; the host copies them in and ``xor_sgd`` updates that
+quarter only (8 threads, pointers offset by 8r); the host reads the 8 new words back and a qccl AllGather over the
+multicast window (``algo="multicast"``: each word is written once and lands in every replica) gives every rank all
+32, which the host copies into its parameters. SGD is elementwise, so the parameters equal xor_ddp's bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import qccl
+from examples.xor_ddp import run as ddp
+
+SHARD = ddp.PARAMS // 4
+
+
+class ZeroRun(ddp.XorRun):
+    """xor_ddp's run with the ZeRO-1 communication step."""
+
+    name = "xor_zero"
+
+    def __init__(self, seed: int = 0, backend: str = "interpreter", nranks: int = 4):
+        if nranks != 4:
+            raise qccl.InvalidArgument(f"xor_zero shards 32 parameters over 4 ranks, not {nranks}")
+        super().__init__(seed, backend, nranks)
+
+    def communicate(self, grads: dict) -> None:
+        m, K = self.m, ddp.KERNELS
+        shard = {r: np.zeros(SHARD, np.int32) for r in m.ranks}
+        with qccl.group():
+            for c in m.comms:
+                c.reduce_scatter(grads[c.rank], shard[c.rank], op=qccl.SUM)
+        updated = {r: np.zeros(SHARD, np.int32) for r in m.ranks}
+        m.run({r: [m.write(self.g + SHARD * r, shard[r]),
+                   m.launch(K["xor_sgd"], SHARD, (self.p + SHARD * r, self.g + SHARD * r), "sgd (own quarter)"),
+                   m.read(self.p + SHARD * r, updated[r])] for r in m.ranks})
+        gathered = {r: np.zeros(ddp.PARAMS, np.int32) for r in m.ranks}
+        with qccl.group():
+            for c in m.comms:
+                c.allgather(updated[c.rank], gathered[c.rank], algo="multicast")
+        m.run({r: [m.write(self.p, gathered[r])] for r in m.ranks})
+
+
+def main(argv=None) -> dict:
+    return ddp.main(argv, run_class=ZeroRun)
