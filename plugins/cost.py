@@ -26,7 +26,7 @@ import numpy as np
 from qccl import schedule as SC
 from qccl.buffers import as_buffer
 from qccl.heap import Heap
-from qccl.transport import Kernel, Launch, Read
+from qccl.transport import Kernel, Launch, Read, flag_traffic
 from qccl.types import DataType, red_op
 from qwengpu.isa import LANES, NONE
 
@@ -98,29 +98,8 @@ def price(launch: Launch) -> _Priced:
     a = launch.args
     shape = (a[0], a[1]) + tuple(x > 0 for x in a[2:])
     records, tokens = _static(str(launch.kernel.source), launch.kernel.name, launch.threads, shape, tuple(a))
-    pre, post, stores = [], [], []
-    if launch.kernel.name == "prim":
-        mode, rtail, rwait, rhead, swait, stail, spost, shead, rpost = (a[0], a[2], a[3], a[4], a[5], a[10], a[11],
-                                                                         a[12], a[13])
-        if not mode & SC.POST and not mode & SC.NOWAIT:
-            if mode & SC.RECV:
-                pre.append((rtail, rwait))
-            if mode & SC.SEND and swait > 0:
-                pre.append((rhead, swait))
-        if mode & SC.SEND and spost > 0:
-            stores.append((stail, spost))
-        if mode & SC.RECV and rpost > 0:
-            stores.append((shead, rpost))
-    elif launch.kernel.name == "mcast":
-        mode, flag, seq, flags, mask, wait = a[0], a[3], a[4], a[5], a[6], a[7]
-        waits = [(flags + b, wait) for b in range(8) if mask >> b & 1]
-        if mode & SC.MC_PRE_WAIT:
-            pre += waits
-        if mode & SC.MC_WAIT:
-            post += waits
-        if mode & SC.MC_POST:
-            stores.append((flag, seq))
-    return _Priced(records, tokens, tuple(pre), tuple(post), tuple(stores))
+    flags = flag_traffic(launch)
+    return _Priced(records, tokens, flags.pre, flags.post, flags.stores)
 
 
 def simulate(ops: dict, heaps: dict) -> Estimate:

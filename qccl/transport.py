@@ -33,6 +33,64 @@ class Kernel:
 PRIM = Kernel(KERNEL_DIR / "prim.cu", "prim")
 MCAST = Kernel(KERNEL_DIR / "mcast.cu", "mcast")
 
+# What each parameter of qccl's kernels is, for transports that map word addresses onto their own memory (the CuPy
+# transport: flags are int words, data are elements of the call's dtype; loads read local memory, stores follow the
+# heap's routes). "value": an integer argument. Must match the signatures in prim.cu and mcast.cu
+# (tests/test_cupy_transport.py parses the sources and checks).
+PARAMS = {
+    "prim": ("value", "value", "flag_load", "value", "flag_load", "value", "data_load", "data_load", "data_store",
+             "data_store", "flag_store", "value", "flag_store", "value", "value"),
+    "mcast": ("value", "data_load", "data_store", "flag_store", "value", "flag_load", "value", "value"),
+}
+
+# prim's and mcast's mode bits (as in the .cu files; qccl.schedule builds launches with them)
+PRIM_RECV, PRIM_SEND, PRIM_NOWAIT, PRIM_POST = 1, 2, 1024, 2048
+MC_PRE_WAIT, MC_STORE, MC_POST, MC_WAIT = 1, 2, 4, 8
+
+
+@dataclass(frozen=True)
+class FlagTraffic:
+    """The flags a launch of qccl's kernels touches: ``pre`` (address, value) pairs it waits for (word >= value)
+    before its work, ``post`` those it waits for at its end, ``stores`` the (address, value) flags it writes (after
+    its data stores and a fence). A transport or a cost model needs nothing else to know who waits for whom.
+
+    >>> flag_traffic(Launch(PRIM, 1, (2048 | 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 17, 3, 0, 0, 4))).stores
+    ((17, 3),)
+    """
+    pre: tuple = ()
+    post: tuple = ()
+    stores: tuple = ()
+
+
+def flag_traffic(launch: "Launch") -> FlagTraffic:
+    """Read a launch's flag waits and posts from its arguments (prim.cu's and mcast.cu's conventions)."""
+    a = launch.args
+    pre, post, stores = [], [], []
+    if launch.kernel.name == "prim":
+        mode, rtail, rwait, rhead, swait, stail, spost, shead, rpost = (a[0], a[2], a[3], a[4], a[5], a[10], a[11],
+                                                                         a[12], a[13])
+        if not mode & PRIM_POST and not mode & PRIM_NOWAIT:
+            if mode & PRIM_RECV:
+                pre.append((rtail, rwait))
+            if mode & PRIM_SEND and swait > 0:
+                pre.append((rhead, swait))
+        if mode & PRIM_SEND and spost > 0:
+            stores.append((stail, spost))
+        if mode & PRIM_RECV and rpost > 0:
+            stores.append((shead, rpost))
+    elif launch.kernel.name == "mcast":
+        mode, flag, seq, flags, mask, wait = a[0], a[3], a[4], a[5], a[6], a[7]
+        waits = [(flags + b, wait) for b in range(8) if mask >> b & 1]
+        if mode & MC_PRE_WAIT:
+            pre += waits
+        if mode & MC_WAIT:
+            post += waits
+        if mode & MC_POST:
+            stores.append((flag, seq))
+    else:
+        raise ValueError(f"flag_traffic: {launch.kernel.name} is not one of qccl's kernels (prim, mcast)")
+    return FlagTraffic(tuple(pre), tuple(post), tuple(stores))
+
 
 @dataclass(frozen=True)
 class Write:
