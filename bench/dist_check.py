@@ -120,6 +120,9 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     comm = qccl.Communicator.init(n, rank, qccl.get_unique_id(), config={"burst": a.burst})
+    if n > 1:       # torch.distributed's own gloo group, for the second reference (qccl's world has its own group)
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method="env://", world_size=n, rank=rank)
     report = {"rank": rank, "cases": []}
     for i, case in enumerate(case_list(n, a.cases)):
         b = H.prepare(n, case.kind, case.count, case.dtype, case.in_place, seed=100 + i)
@@ -131,6 +134,8 @@ def main(argv=None) -> int:
     report["tokens"] = digest(comm.world.devices[rank])
     report["stats"] = comm.stats
     comm.destroy()
+    if n > 1:
+        dist.destroy_process_group()
     if a.json:
         with open(f"{a.json}.{rank}", "w") as f:
             json.dump(report, f)

@@ -6,7 +6,8 @@ receives plus every rank's status. Packets come out in a canonical order (by sou
 the schedule is the same whichever fabric carries them.
 
 - InMemoryFabric: every rank lives in this process.
-- GlooFabric: one rank per process; one torch.distributed all_gather over a CPU (gloo) group per exchange.
+- GlooFabric: one rank per process; one gloo all_gather per exchange on the world's own group, every wait bounded
+  and watching the peers' liveness (qccl.liveness).
 """
 from __future__ import annotations
 
@@ -84,21 +85,31 @@ class InMemoryFabric(Fabric):
 
 
 class GlooFabric(Fabric):
-    """One rank per process; packets and statuses travel in one all_gather of int64 tensors per exchange."""
+    """One rank per process; packets and statuses travel in one gloo all_gather of int64 tensors per exchange, on the
+    world's own gloo group, waited for through the world's Liveness (deadline, a peer's death or abort: see
+    qccl.liveness)."""
 
-    def __init__(self, nranks: int, rank: int, burst: int, group=None):
+    def __init__(self, nranks: int, rank: int, burst: int, group, live):
         import torch
-        import torch.distributed as dist
-        self.torch, self.dist, self.group = torch, dist, group
+        self.torch, self.group, self.live = torch, group, live
         self.nranks, self.rank = nranks, rank
         self.local_ranks = (rank,)
         self.exchanges = 0
         self.capacity = 4 * max(1, burst)          # a record stores from at most 4 lanes
         self.size = Status.FIELDS + 1 + 4 * self.capacity
 
+    def _all_gather(self, local, what: str) -> list:
+        """Every rank's ``local`` tensor (same shape everywhere), waited for with a deadline and liveness."""
+        if self.live.failure is not None or self.live.aborted.is_set():
+            self.live.check(what)       # a broken or aborted world raises before starting new work
+        out = [[self.torch.empty_like(local) for _ in range(self.nranks)]]
+        self.live.wait(self.group.allgather(out, [local]), what)
+        return out[0]
+
     def exchange(self, packets, status):
         torch = self.torch
         self.exchanges += 1
+        self.live.exchanges = self.exchanges
         mine = [p for p in packets if p[0] == self.rank]
         if len(mine) > self.capacity:
             raise RuntimeError(f"rank {self.rank} sent {len(mine)} packets in one window (capacity {self.capacity})")
@@ -109,9 +120,8 @@ class GlooFabric(Fabric):
                 mask |= 1 << d
             buf += [mask, *tokens]
         buf += [0] * (self.size - len(buf))
-        local = torch.tensor(buf, dtype=torch.int64)
-        out = [torch.empty_like(local) for _ in range(self.nranks)]
-        self.dist.all_gather(out, local, group=self.group)
+        out = self._all_gather(torch.tensor(buf, dtype=torch.int64),
+                               f"packet exchange {self.exchanges} of {self.live.last_call}")
         statuses, all_packets = {}, []
         for r, t in enumerate(out):
             v = t.tolist()
@@ -124,7 +134,14 @@ class GlooFabric(Fabric):
                 all_packets.append((r, dests, (a, b, c)))
         return _sorted_incoming(all_packets, self.local_ranks), statuses, len(all_packets)
 
-    def all_gather_object(self, obj) -> list:
-        out = [None] * self.nranks
-        self.dist.all_gather_object(out, obj, group=self.group)
-        return out
+    def all_gather_object(self, obj, what: str = "the call-signature exchange") -> list:
+        """Every rank's picklable ``obj``: its length, then its bytes padded to the longest (two all_gathers)."""
+        import pickle
+        torch = self.torch
+        data = pickle.dumps(obj)
+        sizes = self._all_gather(torch.tensor([len(data)], dtype=torch.int64), what)
+        longest = max(int(t.item()) for t in sizes)
+        mine = torch.zeros(longest, dtype=torch.uint8)
+        mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        out = self._all_gather(mine, what)
+        return [pickle.loads(t[:int(n.item())].numpy().tobytes()) for t, n in zip(out, sizes)]

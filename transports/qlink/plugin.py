@@ -19,13 +19,14 @@ import threading
 import time
 
 import qccl
-from qccl.errors import DeadlockError, InvalidArgument, SystemError
+from qccl.errors import DeadlockError
 from qccl.plugins import LaunchTracer, comm_id
 from qccl.transport import Transport, World
 from qwengpu import Device
 
 from .aperture import Aperture, Router
-from .fabric import GlooFabric, InMemoryFabric
+from .fabric import InMemoryFabric
+from .rendezvous import process_fabric
 from .lockstep import Lockstep, Paused
 
 hookimpl = qccl.hookimpl          # pytest's pattern: plugins mark hooks with the marker qccl exports
@@ -52,7 +53,7 @@ class QLinkWorld(World):
         if len(self.local_ranks) == nranks:
             fabric = InMemoryFabric(nranks)
         else:
-            fabric = GlooFabric(nranks, self.local_ranks[0], burst, group=_gloo_group(nranks, self.local_ranks[0], uid))
+            fabric = process_fabric(nranks, self.local_ranks[0], burst, uid)
         self.fabric = fabric
         self.engine = Lockstep(fabric, devices, burst=burst, stall_windows=int(self.config.get("stall_windows", 2)))
         self.engine.tracer = LaunchTracer(comm_id(self), nranks, lambda r: self.devices[r].stats)
@@ -107,12 +108,18 @@ class QLinkWorld(World):
     def gather_calls(self, rank, calls):
         if not self.fabric.distributed:
             return None
-        return self.fabric.all_gather_object(calls)
+        self.fabric.live.last_call = _calls_text(calls)     # named in the peers' errors if this rank goes away
+        return self.fabric.all_gather_object(calls, f"the call-signature exchange of {self.fabric.live.last_call}")
 
     def stats(self, rank) -> dict:
         return self.engine.stats(rank)
 
     def abort(self, rank) -> None:
+        live = getattr(self.fabric, "live", None)
+        if live is not None:
+            live.abort()        # first, without the lock: a call blocked in a wait holds it, and raises at once now
+            from qccl.liveness import keep_forever
+            keep_forever(self.fabric.group)     # its abandoned work must not block this process's exit
         with self.lock:
             self.engine.drop(rank)
 
@@ -129,37 +136,15 @@ _worlds: dict = {}
 _worlds_lock = threading.Lock()
 
 
-def _gloo_group(nranks: int, rank: int, uid):
-    """The default torch.distributed group, initialised from the uid's address (or the environment, for torchrun)."""
-    import torch.distributed as dist
-    if dist.is_initialized():
-        if dist.get_world_size() != nranks or dist.get_rank() != rank:
-            raise InvalidArgument(f"torch.distributed is initialised with world size {dist.get_world_size()}, rank "
-                                  f"{dist.get_rank()}; the communicator asks for {nranks}, rank {rank}")
-        return None
-    address = getattr(uid, "address", None)
-    try:
-        if address:
-            dist.init_process_group("gloo", init_method=f"tcp://{address}", world_size=nranks, rank=rank)
+def _calls_text(calls) -> str:
+    """Call signatures (kind, count, dtype, op, root, algo tuples, or objects that print themselves) for messages."""
+    out = []
+    for c in calls:
+        if isinstance(c, tuple) and len(c) >= 3:
+            out.append(f"{c[0]}(count={c[1]}, dtype={c[2]}" + "".join(f", {x}" for x in c[3:] if x is not None) + ")")
         else:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            dist.init_process_group("gloo", init_method="env://", world_size=nranks, rank=rank)
-    except Exception as e:   # noqa: BLE001
-        raise SystemError(f"cannot join the gloo group for rank {rank} of {nranks}: {e}") from e
-    import atexit
-    atexit.register(_leave_group)
-    return None
-
-
-def _leave_group():
-    """Leave the group this module joined (gloo aborts the process if it is left to the interpreter's exit)."""
-    try:
-        import torch.distributed as dist
-        if dist.is_initialized():
-            dist.barrier()
-            dist.destroy_process_group()
-    except Exception:   # noqa: BLE001  (the peers may be gone already)
-        pass
+            out.append(str(c))
+    return ", ".join(out) or "nothing"
 
 
 class QLinkTransport(Transport):
@@ -172,6 +157,7 @@ class QLinkTransport(Transport):
         if len(ranks) == nranks or nranks == 1:
             return QLinkWorld(nranks, range(nranks), uid, config)
         distributed = fabric == "gloo" or (fabric is None and (getattr(uid, "address", None) or
+                                                               getattr(uid, "store", None) is not None or
                                                                _torch_distributed_ready(nranks)))
         if distributed:
             return QLinkWorld(nranks, ranks, uid, config)
