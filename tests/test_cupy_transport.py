@@ -1,0 +1,303 @@
+"""The CuPy transport. Without a GPU: its sources compile with NVRTC for every dtype, its parameter table matches the
+kernels, and its host logic (set-up order, pointers, multicast copies, the submission order that guarantees progress
+with several ranks on one GPU) runs against a recording GPU double that executes each launch as prim.cu / mcast.cu
+define it and fails if a launch could spin on a flag not yet posted. With CuPy and a GPU: the collectives for every
+dtype and op against numpy. Those skip here, with the reason."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import qccl
+from qccl.transport import MCAST, PARAMS, PRIM
+from qwengpu.toolchain import compile_cuda, nvrtc_available
+from qccl_transports.cupy import kernels as K
+from qccl_transports.cupy import world as W
+
+BASE = 1 << 32          # the double's allocations live at BASE * k, so any pointer names one allocation
+
+
+class FakeGpu:
+    """A GPU double: memory is numpy bytes, copies run when enqueued, launches run when enqueued with prim.cu's and
+    mcast.cu's semantics. Enqueue order is a legal execution order of the real device; a launch whose flag is not
+    posted yet would spin, and here it raises instead (the submission order promises it never happens)."""
+
+    def __init__(self, devices=1):
+        self.devices, self.mem, self.log = devices, {}, []
+
+    def errors(self):
+        return (RuntimeError,)
+
+    def device_count(self):
+        return self.devices
+
+    def enable_peer(self, d, p):
+        self.log.append(("peer", d, p))
+        return True
+
+    def alloc(self, dev, nbytes):
+        base = BASE * (len(self.mem) + 1)
+        self.mem[base] = np.zeros(nbytes, np.uint8)
+        self.log.append(("alloc", nbytes))
+        return base
+
+    def pinned(self, nbytes):
+        self.log.append(("pin", nbytes))
+        return np.zeros(nbytes, np.uint8)
+
+    def stream(self, dev):
+        return object()
+
+    def _at(self, ptr, nbytes):
+        base = ptr // BASE * BASE
+        off = ptr - base
+        arr = self.mem[base]
+        assert 0 <= off and off + nbytes <= len(arr), f"access outside an allocation: {ptr:#x}+{nbytes}"
+        return arr[off:off + nbytes]
+
+    def h2d(self, dst, host, stream):
+        self._at(dst, host.nbytes)[:] = host
+
+    def d2h(self, host, src, stream):
+        host[:] = self._at(src, host.nbytes)
+
+    def function(self, dev, code, name):
+        self.log.append(("load", name))
+        return name
+
+    @staticmethod
+    def pointer(p):
+        return ("ptr", int(p))
+
+    @staticmethod
+    def value(v):
+        return int(np.uint32(v & 0xFFFFFFFF).view(np.int32))
+
+    def event(self, dev, stream):
+        return True
+
+    @staticmethod
+    def done(ev):
+        return True
+
+    @staticmethod
+    def wait(ev):
+        pass
+
+    # -- the kernels, as the .cu files define them ------------------------------------------------------------------
+    def _flag(self, p):
+        return int(self._at(p[1], 4).view(np.int32)[0])
+
+    def _setflag(self, p, v):
+        self._at(p[1], 4).view(np.int32)[0] = v
+
+    def launch(self, dev, fn, threads, args, stream):
+        self.log.append(("launch", fn))
+        kind, _, dt = fn.partition("_")
+        dt = np.dtype(dt or "int32")
+        if kind == "prim":
+            self._prim(dt, threads, *args)
+        else:
+            self._mcast(dt, threads, *args)
+
+    def _prim(self, dt, threads, mode, n, rtail, rwait, rhead, swait, rslot, x, y, sslot, stail, spost, shead, rpost,
+              div):
+        if mode & 2048:
+            if mode & 2 and spost > 0:
+                self._setflag(stail, spost)
+            if mode & 1 and rpost > 0:
+                self._setflag(shead, rpost)
+            return
+        if not mode & 1024:
+            assert not mode & 1 or self._flag(rtail) >= rwait, "a receive launched before its tail was posted"
+            assert not (mode & 2 and swait > 0) or self._flag(rhead) >= swait, "a send launched before its head"
+        if mode & (2 | 16):
+            sz = dt.itemsize
+            if dt == np.int32 and mode & 256:
+                dt = np.dtype(np.uint32)
+            for i in range(min(n, threads)):
+                r = self._at(rslot[1] + i * sz, sz).view(dt)[0] if mode & 1 else dt.type(0)
+                v = self._at(x[1] + i * sz, sz).view(dt)[0] if mode & 4 else dt.type(0)
+                if not mode & 8 and mode & 1:
+                    op = (mode >> 5) & 7
+                    with np.errstate(over="ignore"):
+                        v = r if not mode & 4 else (v + r, v * r, max(v, r), min(v, r))[op]
+                if mode & 512:
+                    v = dt.type(int(v) // div if dt.kind in "iu" and v >= 0 else
+                                -(-int(v) // div) if dt.kind in "iu" else v / div)
+                if mode & 16:
+                    self._at(y[1] + i * sz, sz).view(dt)[0] = r if mode & 8 else v
+                if mode & 2:
+                    self._at(sslot[1] + i * sz, sz).view(dt)[0] = v
+        if mode & 2 and spost > 0:
+            self._setflag(stail, spost)
+        if mode & 1 and rpost > 0:
+            self._setflag(shead, rpost)
+
+    def _mcast(self, dt, threads, mode, x, win, flag, seq, flags, mask, wait):
+        def ready():
+            return all(self._at(flags[1] + 4 * b, 4).view(np.int32)[0] >= wait for b in range(8) if mask >> b & 1)
+        assert not mode & 1 or ready(), "a multicast store launched before the peers' flags"
+        if mode & 2:
+            sz = dt.itemsize
+            self._at(win[1], sz * threads)[:] = self._at(x[1], sz * threads)
+        if mode & 4:
+            self._setflag(flag, seq)
+        assert not mode & 8 or ready(), "a multicast wait launched before the peers' posts"
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    gpu = FakeGpu()
+    monkeypatch.setattr(W, "CupyGpu", lambda: gpu)
+    return gpu
+
+
+def _inputs(n, count, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-3, 4, count).astype(dtype) for _ in range(n)]   # small: exact in every dtype, any order
+
+
+def _run(comms, kind, dtype, op="sum", count=9, root=0, algo=None, seed=0):
+    n = len(comms)
+    per = count * n if kind == "reduce_scatter" else count
+    x = _inputs(n, per, dtype, seed)
+    size = {"allgather": count * n}.get(kind, count)
+    y = [np.full(size, 77, dtype) for _ in range(n)]
+    with qccl.group():
+        for c in comms:
+            r = c.rank
+            if kind == "allreduce":
+                c.allreduce(x[r], y[r], op, algo=algo)
+            elif kind == "reduce":
+                c.reduce(x[r], y[r], op, root)
+            elif kind == "broadcast":
+                c.broadcast(x[r], y[r], root, algo=algo)
+            elif kind == "allgather":
+                c.allgather(x[r], y[r], algo=algo)
+            elif kind == "reduce_scatter":
+                c.reduce_scatter(x[r], y[r], op)
+            else:
+                c.send(x[r], (r + 1) % n)
+                c.recv(y[r], (r - 1) % n)
+    red = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op](np.stack(x), axis=0).astype(dtype)
+    want = {"allreduce": [red] * n, "broadcast": [x[root]] * n, "allgather": [np.concatenate(x)] * n,
+            "reduce_scatter": [red[r * count:(r + 1) * count] for r in range(n)],
+            "reduce": [red if r == root else np.full(count, 77, dtype) for r in range(n)],
+            "sendrecv": [x[(r - 1) % n] for r in range(n)]}[kind]
+    return y, want
+
+
+def test_found_through_its_entry_point_without_importing_cupy():
+    t = qccl.get_transport("cupy")
+    assert t.dtypes == ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
+                        "bfloat16")
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (nvidia-cuda-nvrtc) is not installed")
+def test_every_dtype_compiles_with_nvrtc():
+    entries, compiled = set(), {}
+    for kernel, dtype, entry in K.every_source():
+        code, name = K.source(kernel, dtype)
+        assert name == entry
+        if code not in compiled:            # one compile per source: the template holds every instantiation
+            compiled[code] = set(re.findall(r"\.entry (\w+)", compile_cuda(code, f"{name}.cu")))
+        entries |= compiled[code]
+    want = {f"{k}_{d}" for k in ("prim", "mcast") for d in K.DTYPES if d not in K.SAME_AS_QLINK} | {"prim", "mcast"}
+    assert want <= entries
+
+
+def test_parameter_table_matches_the_kernels():
+    for kernel in (PRIM, MCAST):
+        text = kernel.source.read_text()
+        sig = re.search(rf"void {kernel.name}\((.*?)\)", text, re.S).group(1)
+        roles = []
+        for p in (s.strip() for s in sig.split(",")):
+            if "*" not in p:
+                roles.append("value")
+            elif p.startswith("volatile"):
+                name = p.split("*")[-1].strip()
+                loads = re.search(rf"while \(\*?{name}\b|{name}\[", text) and not re.search(rf"\*{name} = ", text)
+                roles.append("flag_load" if loads else "flag_store")
+            else:
+                roles.append("data_load" if p.startswith("const") else "data_store")
+        assert tuple(roles) == PARAMS[kernel.name], kernel.name
+
+
+def test_setup_loads_and_pins_before_any_launch(fake):
+    comms = qccl.Communicator.init_all(3, transport="cupy")
+    y, want = _run(comms, "allreduce", np.int32)
+    assert all(np.array_equal(a, b) for a, b in zip(y, want))
+    kinds = [e[0] for e in fake.log]
+    first = kinds.index("launch")
+    assert kinds.count("load") == len(K.every_source()) and max(i for i, k in enumerate(kinds) if k == "load") < first
+    assert max(i for i, k in enumerate(kinds) if k in ("pin", "alloc")) < first
+    log = comms[0].world.events_log
+    assert [e[0] for e in log[:log.index(("modules",)) + 1]].count("launch") == 0
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int8, np.uint8, np.int64, np.float16, np.float32,
+                                   np.float64])
+def test_collectives_through_the_double(fake, dtype):
+    for n in (2, 3):
+        comms = qccl.Communicator.init_all(n, transport="cupy")
+        for i, kind in enumerate(("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")):
+            for op in (("sum", "max") if kind in ("allreduce", "reduce_scatter", "reduce") else ("sum",)):
+                y, want = _run(comms, kind, dtype, op, count=5 + i, root=i % n, seed=i)
+                assert all(np.array_equal(a, b) for a, b in zip(y, want)), (np.dtype(dtype), n, kind, op)
+
+
+def test_multicast_windows_through_the_double(fake):
+    comms = qccl.Communicator.init_all(4, transport="cupy")
+    for kind in ("allreduce", "allgather", "broadcast"):
+        y, want = _run(comms, kind, np.float32, count=11, root=2, algo="multicast", seed=3)
+        assert all(np.array_equal(a, b) for a, b in zip(y, want)), kind
+
+
+def test_an_impossible_schedule_is_refused_before_launching(fake):
+    comms = qccl.Communicator.init_all(4, transport="cupy", config={"fifo_slots": 1})
+    x = [np.arange(16, dtype=np.int32) for _ in range(4)]
+    y = [np.zeros(16, np.int32) for _ in range(4)]
+    with pytest.raises(qccl.DeadlockError) as e:
+        with qccl.group():
+            for c in comms:
+                c.allreduce(x[c.rank], y[c.rank])
+    assert "found before launching" in str(e.value) and set(e.value.waits) == {0, 1, 2, 3}
+    assert all(w.address is not None and w.value < w.expected for w in e.value.waits.values())
+    assert not any(k == "launch" for k, *_ in fake.log), "nothing was launched"
+
+
+def test_without_cupy_the_transport_says_what_is_missing():
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here: the refusal is for machines without it")
+    except ImportError:
+        pass
+    with pytest.raises(qccl.SystemError, match="needs CuPy"):
+        qccl.Communicator.init_all(2, transport="cupy")
+
+
+def _gpu():
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed (pip install cupy-cuda12x): no GPU test here")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as e:      # noqa: BLE001
+        pytest.skip(f"no CUDA device: {e}")
+    return cupy
+
+
+@pytest.mark.parametrize("dtype", K.DTYPES)
+def test_on_a_gpu_every_dtype_and_op(dtype):
+    _gpu()
+    if dtype == "bfloat16":
+        pytest.skip("bfloat16 buffers come as torch tensors; covered by bench/nccl_compare.py")
+    comms = qccl.Communicator.init_all(2, transport="cupy")
+    ops = ("sum", "prod", "max", "min")
+    for i, kind in enumerate(("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")):
+        for op in (ops if kind in ("allreduce", "reduce_scatter", "reduce") else ("sum",)):
+            for algo in ((None, "multicast") if kind in ("allreduce", "allgather", "broadcast") else (None,)):
+                y, want = _run(comms, kind, np.dtype(dtype), op, count=37, root=i % 2, algo=algo, seed=i)
+                assert all(np.array_equal(a, b) for a, b in zip(y, want)), (dtype, kind, op, algo)
