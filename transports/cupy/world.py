@@ -134,10 +134,14 @@ class CupyWorld(World):
                         ops += resolve(w.rank, op, self.routes[w.rank], dt)
                     else:
                         ops.append(op)
-                self.orderer.add(w.rank, ops)
-            alone = len(self.local_ranks) == 1
-            for rank, op in self.orderer.take(may_wait=not alone):
-                self._submit(rank, op)
+                if len(self.local_ranks) < self.nranks:
+                    for op in ops:                  # the peers' flags come from other processes: program order
+                        self._submit(w.rank, op)
+                else:
+                    self.orderer.add(w.rank, ops)
+            if len(self.local_ranks) == self.nranks:
+                for rank, op in self.orderer.take(may_wait=True):
+                    self._submit(rank, op)
             self._finish([w.rank for w in work])
         except self.gpu.errors() as e:
             raise device_error(e, "cupy transport") from e
@@ -147,7 +151,8 @@ class CupyWorld(World):
 
     def synchronize(self, rank) -> None:
         if self.orderer.pending[rank]:
-            self.orderer.take(may_wait=False)       # raises DeadlockError: its flags can never come
+            for r, op in self.orderer.take(may_wait=False):     # or DeadlockError: its flags can never come
+                self._submit(r, op)
         self._finish([rank])
 
     def stats(self, rank) -> dict:
