@@ -38,6 +38,7 @@ ROOTED = ("broadcast", "reduce")
 PER_RANK = ("allgather", "reduce_scatter", "alltoall")      # nccl-tests' size is the total; each rank has 1/n
 IN_PLACE = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter")
 ALGOS = ("ring", "multicast", "auto")
+CHECKED = ("int32", "uint32")     # the dtypes whose inputs and numpy results qccl_bench.reference builds
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -320,11 +321,14 @@ def plan(a, dtypes) -> list[tuple]:
     for k in kinds:
         if k not in COLLECTIVES and k not in COLLECTIVES.values():
             raise SystemExit(f"qccl-perf: unknown collective {k!r} (collectives: {', '.join(COLLECTIVES)}, all)")
-    types = list(dtypes) if a.datatype == "all" else [a.datatype]
+    types = [t for t in dtypes if t in CHECKED] if a.datatype == "all" else [a.datatype]
     for t in types:
         if t not in dtypes:
             raise SystemExit(f"qccl-perf: datatype {t!r} is not supported by transport {a.transport} "
                              f"(supported: {', '.join(dtypes)})")
+        if t not in CHECKED:
+            raise SystemExit(f"qccl-perf: datatype {t!r}: the benchmark checks {', '.join(CHECKED)} against numpy "
+                             "(bench/nccl_compare.py covers the others on the cupy transport)")
     ops = list(R.OPS) if a.op == "all" else [a.op]
     for o in ops:
         if o not in R.OPS:

@@ -301,3 +301,18 @@ def test_on_a_gpu_every_dtype_and_op(dtype):
             for algo in ((None, "multicast") if kind in ("allreduce", "allgather", "broadcast") else (None,)):
                 y, want = _run(comms, kind, np.dtype(dtype), op, count=37, root=i % 2, algo=algo, seed=i)
                 assert all(np.array_equal(a, b) for a, b in zip(y, want)), (dtype, kind, op, algo)
+
+
+def test_the_nccl_comparison_runs_or_skips_with_the_reason(tmp_path):
+    from qccl_bench import nccl_compare
+    path = tmp_path / "cmp.json"
+    rc = nccl_compare.main(["--ranks", "2", "--count", "4", "--qlink-count", "3", "--dtypes", "int32",
+                            "--json", str(path)])
+    import json
+    doc = json.loads(path.read_text())
+    assert rc == 0
+    rows = doc["rows"]
+    assert all(r["result"] == "identical" for r in rows if r["backend"] == "qlink")
+    assert {r["collective"] for r in rows if r["backend"] == "qlink"} == set(nccl_compare.KINDS)
+    if doc["gpu"] != "yes":
+        assert all(r["result"].startswith("skipped: ") for r in rows if r["backend"] in ("nccl", "cupy"))
