@@ -1,39 +1,49 @@
-"""The communicator: NCCL's calls, with nccl4py's names.
+"""The communicator: NCCL's calls, with nccl4py's names. This module is the API face only: each call checks its
+arguments (nothing changes when it raises) and enqueues one call record (qccl.enqueue), which matches it against the
+other ranks' calls and runs it on the transport, found by name through pluggy (qccl.plugins).
 
     import qccl
     comms = qccl.Communicator.init_all(4)                       # all ranks in this process
     with qccl.group():
         for c in comms:
             c.allreduce(send[c.rank], recv[c.rank], op="sum")
-
-A call checks its arguments (nothing changes when it raises), becomes a host schedule per rank (qccl.schedule) and
-runs on the communicator's transport, found by name through pluggy (qccl.plugins).
 """
 from __future__ import annotations
 
+import functools
 import os
 import secrets
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 
 import numpy as np
 
-from . import group as G
+from . import enqueue as E
+from .board import Board
 from .buffers import Buffer, as_buffer
-from .errors import InvalidArgument, InvalidUsage
+from .calls import Call, Sig
+from .config import Config
+from .errors import InvalidArgument, InvalidUsage, QcclError, Result
 from .heap import Heap
-from .plugins import get_transport, run_epoch, tune
-from .schedule import RankState, Scheduler
-from .transport import Work
-from .types import DataType, RedOp, red_op
+from .plugins import get_transport, tune
+from .schedule import RankState
+from .types import _integer, red_op
 
 MAX_RANKS = 8
 ALGOS = {"allreduce": ("ring", "multicast"), "reduce": ("ring",), "reduce_scatter": ("ring",),
          "allgather": ("ring", "multicast"), "broadcast": ("ring", "multicast")}
+SPLIT_NOCOLOR = -1          # NCCL_SPLIT_NOCOLOR: this rank joins no new communicator
+
+_boards: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()     # world -> Board, freed with the world
 
 
 @dataclass(frozen=True)
 class UniqueId:
-    """ncclUniqueId: names a communicator; ``address`` (host:port) is where processes rendezvous, when set."""
+    """ncclUniqueId: names a communicator; ``address`` (host:port) is where processes rendezvous, when set.
+
+    >>> UniqueId.parse("ab12@127.0.0.1:29500").address
+    '127.0.0.1:29500'
+    """
     token: str
     address: str | None = None
 
@@ -47,164 +57,332 @@ class UniqueId:
 
 
 def get_unique_id() -> UniqueId:
-    """A new communicator id. Under ``python -m qccl.launch`` every process gets the launcher's id (as if rank 0 had
-    broadcast it), which carries the rendezvous address."""
+    """ncclGetUniqueId: a new communicator id. Under ``python -m qccl.launch`` every process gets the launcher's id
+    (as if rank 0 had broadcast it), which carries the rendezvous address.
+
+    >>> qccl.get_unique_id() != qccl.get_unique_id()      # doctest: +SKIP
+    True
+    """
     env = os.environ.get("QCCL_UNIQUE_ID")
     if env:
         return UniqueId.parse(env)
     return UniqueId(secrets.token_hex(16))
 
 
-@dataclass
-class Call:
-    comm: "Communicator"
-    kind: str
-    send: Buffer | None = None
-    recv: Buffer | None = None
-    count: int = 0
-    dtype: object = None
-    op: RedOp | None = None
-    root: int | None = None         # root of broadcast/reduce, peer of send/recv
-    algo: str = "ring"
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def p2p(self) -> bool:
-        return self.kind in ("send", "recv")
-
-    def signature(self) -> tuple:
-        op = None if self.op is None else int(self.op)
-        return (self.kind, self.count, str(self.dtype), op, self.root, self.algo)
-
-    def __str__(self) -> str:
-        text = f"{self.kind}(count={self.count}, dtype={self.dtype}"
-        if self.op is not None:
-            text += f", op={self.op}"
-        if self.root is not None:
-            text += f", {'peer' if self.p2p else 'root'}={self.root}"
-        return text + ")"
+def _api(method):
+    """Record a qccl error raised by a call as the communicator's last error (get_last_error)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except QcclError as e:
+            self._last_error = str(e)
+            raise
+    return wrapper
 
 
 class Communicator:
-    """One rank of a communicator (ncclComm_t)."""
+    """One rank of a communicator (ncclComm_t). Made by :meth:`init`, :meth:`init_all`, :meth:`split` or
+    :meth:`shrink`.
 
-    def __init__(self, nranks: int, rank: int, world, transport, config: dict):
-        self._nranks, self._rank = nranks, rank
-        self.world, self.transport, self.config = world, transport, dict(config)
-        self.heap = Heap(nranks, rank, fifo_slots=int(config.get("fifo_slots", 2)),
-                         slot_words=int(config.get("slot_words", 8)),
-                         window_words=int(config.get("window_words", 16)),
-                         p2p_slot_words=config.get("p2p_slot_words"))
+    >>> comms = qccl.Communicator.init_all(2)
+    >>> comms[1].rank, comms[1].nranks
+    (1, 2)
+    """
+
+    def __init__(self, nranks: int, rank: int, world, transport, config: Config, mode: str = "all", uid=None):
+        self._setup(nranks, rank, world, transport, config, mode, uid)
+
+    def _setup(self, nranks, rank, world, transport, config: Config, mode: str, uid) -> None:
+        self._nranks, self._rank, self._mode, self._uid = nranks, rank, mode, uid
+        self.world, self.transport, self.config = world, transport, config
+        self.heap = Heap(nranks, rank, fifo_slots=config.fifo_slots, slot_words=config.slot_words,
+                         window_words=config.window_words, p2p_slot_words=config.p2p_slot_words)
         self.state = RankState()
         self.destroyed = False
         self.aborted = False
+        self._last_error = ""
+        self._async_error: QcclError | None = None
+        self._splits = 0
+        board = _boards.get(world)
+        if board is None:
+            board = _boards[world] = Board(nranks)
+        self._board = board
         world.connect(rank, self.heap.routes())
 
     # -- construction ------------------------------------------------------------------------------------------------
     @classmethod
-    def init(cls, nranks: int, rank: int, uid: UniqueId, transport: str = "qlink", config: dict | None = None):
-        """ncclCommInitRank: this process's rank ``rank`` of an ``nranks`` communicator named by ``uid``."""
-        config = dict(config or {})
-        _check_size(nranks)
-        if not isinstance(rank, int) or not 0 <= rank < nranks:
-            raise InvalidArgument(f"invalid rank {rank} (rank should be in the 0..{nranks - 1} range)")
+    def init(cls, nranks: int, rank: int, uid: UniqueId, transport: str = "qlink", config=None) -> "Communicator":
+        """ncclCommInitRank: this caller's rank ``rank`` of an ``nranks`` communicator named by ``uid``: one process
+        per rank (under qccl.launch or torchrun) or one thread per rank of this process.
+
+        >>> comm = qccl.Communicator.init(int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]),
+        ...                               qccl.get_unique_id())                                   # doctest: +SKIP
+        """
+        cfg = Config.of(config)
+        n = _check_size(nranks)
+        r = _integer(rank)
+        if r is None or not 0 <= r < n:
+            raise InvalidArgument(f"invalid rank {_show(rank)} (rank should be in the 0..{n - 1} range)")
         t = get_transport(transport)
-        world = t.create_world(nranks, [rank], uid, config)
-        return cls(nranks, rank, world, t, config)
+        world = _create_world(t, n, [r], uid, cfg)
+        mode = "all" if n == 1 else "process" if len(world.local_ranks) < n else "thread"
+        return cls(n, r, world, t, cfg, mode, uid)
 
     @classmethod
-    def init_all(cls, n: int, transport: str = "qlink", config: dict | None = None) -> list["Communicator"]:
-        """ncclCommInitAll: ``n`` ranks, all driven by this process (use groups to call them together)."""
-        config = dict(config or {})
-        _check_size(n)
+    def init_all(cls, n: int, transport: str = "qlink", config=None) -> list["Communicator"]:
+        """ncclCommInitAll: ``n`` ranks, all driven by this thread (group their calls, or call them one after the
+        other: a call that waits for other ranks is held until they call).
+
+        >>> comms = qccl.Communicator.init_all(4, config={"burst": 4})
+        """
+        cfg = Config.of(config)
+        n = _check_size(n)
         t = get_transport(transport)
-        world = t.create_world(n, list(range(n)), get_unique_id(), config)
-        return [cls(n, r, world, t, config) for r in range(n)]
+        uid = get_unique_id()
+        world = _create_world(t, n, list(range(n)), uid, cfg)
+        return [cls(n, r, world, t, cfg, "all", uid) for r in range(n)]
+
+    @_api
+    def split(self, color: int, key: int = 0, config=None) -> "Communicator | None":
+        """ncclCommSplit: the ranks that pass the same ``color`` form a new communicator, ranked by ``key`` (then by
+        their rank here); ``color`` SPLIT_NOCOLOR (-1) joins none and gets None. Every rank of this communicator
+        calls it. With one thread driving every rank the result is ready once the last rank called (using it before
+        is InvalidUsage); with one thread per rank, the call waits for the others.
+
+        >>> evens_odds = [c.split(c.rank % 2, c.rank) for c in comms]      # doctest: +SKIP
+        """
+        c, k = _integer(color), _integer(key)
+        if c is None or c < SPLIT_NOCOLOR or k is None:
+            raise InvalidArgument(f"split: invalid color {_show(color)} or key {_show(key)} (color: an integer >= 0, "
+                                  f"or {SPLIT_NOCOLOR} for none; key: an integer)")
+        return self._regroup("split", c, k, tuple(range(self._nranks)), config)
+
+    @_api
+    def shrink(self, exclude_ranks, config=None) -> "Communicator":
+        """ncclCommShrink: a new communicator of this one's ranks but ``exclude_ranks`` (renumbered in order). Every
+        rank that stays calls it with the same list; the excluded ranks do not.
+
+        >>> smaller = [c.shrink([2]) for c in comms if c.rank != 2]      # doctest: +SKIP
+        """
+        try:
+            excluded = sorted({int(self._root(r, "excluded rank")) for r in exclude_ranks})
+        except TypeError:
+            raise InvalidArgument(f"shrink: exclude_ranks={exclude_ranks!r} is not a list of ranks") from None
+        if self._rank in excluded:
+            raise InvalidArgument(f"shrink: rank {self._rank} is in exclude_ranks {excluded}; an excluded rank does not "
+                                  "call shrink")
+        stay = tuple(r for r in range(self._nranks) if r not in excluded)
+        return self._regroup("shrink", 0, self._rank, stay, config)
+
+    def _regroup(self, kind: str, color: int, key: int, members: tuple, config):
+        """split and shrink: every member posts (color, key); the last one to arrive makes the new communicators."""
+        self._alive(kind)
+        if self._mode == "process":
+            raise InvalidUsage(f"{kind} across processes is not supported yet (one thread or one thread per rank "
+                               "of one process: init_all, or init in threads)")
+        cfg = Config.of(config) if config is not None else self.config
+        board = self._board
+        with board.cond:
+            index = self._splits
+            table = board.regroups.setdefault(index, {})
+            if table:
+                other = next(iter(table.values()))
+                if (other["kind"], other["members"]) != (kind, members):
+                    raise InvalidUsage(f"mismatched calls: communicator-creation call {index} is {other['kind']} "
+                                       f"over ranks {list(other['members'])} on rank {other['rank']} but {kind} over "
+                                       f"ranks {list(members)} on rank {self._rank}")
+            child = Communicator.__new__(Communicator)
+            child._pending = f"{kind} waits for ranks " + ", ".join(
+                str(r) for r in members if r not in table and r != self._rank)
+            table[self._rank] = {"kind": kind, "members": members, "rank": self._rank, "color": color, "key": key,
+                                 "child": child}
+            self._splits += 1
+            if set(table) == set(members):
+                del board.regroups[index]
+                self._make_children(table, index, cfg)
+                board.cond.notify_all()
+            elif self._mode == "thread":
+                if not board.cond.wait_for(lambda: child.__dict__.get("_pending") is None,
+                                           timeout=float(self.config.thread_timeout)):
+                    raise InvalidUsage(f"rank {self._rank} waited {self.config.thread_timeout:g} s in {kind}: "
+                                       f"{child._pending}")
+        return None if color == SPLIT_NOCOLOR else child
+
+    def _make_children(self, table: dict, index: int, cfg: Config) -> None:
+        colors: dict[int, list] = {}
+        for r, e in table.items():
+            if e["color"] != SPLIT_NOCOLOR:
+                colors.setdefault(e["color"], []).append((e["key"], r))
+        for color, members in colors.items():
+            members.sort()
+            m = len(members)
+            uid = UniqueId(f"{getattr(self._uid, 'token', self._uid)}.{index}.{color}")
+            if self._mode == "thread" and m > 1:
+                for new, (_, r) in enumerate(members):
+                    child = table[r]["child"]
+                    world = _create_world(self.transport, m, [new], uid, cfg)
+                    child._setup(m, new, world, self.transport, cfg, "thread", uid)
+                    child._pending = None
+            else:
+                world = _create_world(self.transport, m, list(range(m)), uid, cfg)
+                for new, (_, r) in enumerate(members):
+                    child = table[r]["child"]
+                    child._setup(m, new, world, self.transport, cfg, "all", uid)
+                    child._pending = None
+        for e in table.values():
+            e["child"].__dict__["_pending"] = None
 
     # -- queries -------------------------------------------------------------------------------------------------------
     @property
     def rank(self) -> int:
+        """This rank (ncclCommUserRank): ``comms[2].rank == 2``."""
+        self._ready()
         return self._rank
 
     @property
     def nranks(self) -> int:
+        """The number of ranks (ncclCommCount): ``comms[0].nranks == len(comms)``."""
+        self._ready()
         return self._nranks
 
     @property
     def size(self) -> int:
-        return self._nranks
+        """The number of ranks (an alias of nranks)."""
+        return self.nranks
+
+    @property
+    def device(self):
+        """This rank's device (ncclCommCuDevice): on QLink the rank's qwengpu.Device, in this process; None when the
+        transport does not say. ``comms[0].device.stats["tokens_written"]``"""
+        self._ready()
+        return getattr(self.world, "devices", {}).get(self._rank)
 
     @property
     def stats(self) -> dict:
-        """This rank's counters: tokens_written, launches, records, packets_sent, packets_received (cumulative)."""
+        """This rank's counters: tokens_written, tokens_fed, launches, records, packets_sent, packets_received,
+        exchanges (cumulative). ``comms[0].stats["tokens_written"]``"""
         self._alive("stats")
         return dict(self.world.stats(self._rank))
 
+    def get_last_error(self) -> str:
+        """ncclGetLastError: the message of the last error a call on this communicator raised ("" when none).
+
+        >>> comms[0].get_last_error()          # doctest: +SKIP
+        'invalid root 9 (root should be in the 0..3 range) (invalid argument, result 4)'
+        """
+        return self._last_error
+
+    def get_async_error(self) -> Result:
+        """ncclCommGetAsyncError: Result.SUCCESS, or the code of an error that reached this rank from another rank's
+        call (e.g. a call of this rank withdrawn because another rank's call did not match it); the message is in
+        :meth:`get_last_error`. Reading it clears it.
+
+        >>> comms[0].get_async_error()         # doctest: +SKIP
+        <Result.SUCCESS: 0>
+        """
+        err, self._async_error = self._async_error, None
+        if err is None:
+            return Result.SUCCESS
+        self._last_error = str(err)
+        return err.result
+
     def __repr__(self) -> str:
+        if "_pending" in self.__dict__ and self._pending:
+            return f"<qccl.Communicator not ready: {self._pending}>"
         return f"<qccl.Communicator rank {self._rank} of {self._nranks} on {self.transport.name}>"
 
     # -- lifecycle -----------------------------------------------------------------------------------------------------
+    @_api
     def synchronize(self) -> None:
-        """Wait until this rank's calls have finished (DeadlockError if they cannot)."""
+        """Wait until this rank's calls have finished: InvalidUsage naming the calls still waiting for other ranks'
+        calls, DeadlockError if the devices cannot finish. ``comms[0].synchronize()``"""
         self._alive("synchronize")
+        if self._mode == "process":
+            E.flush(self)
+        held = self._board.held(self._rank)
+        if held:
+            raise InvalidUsage(f"rank {self._rank} cannot finish: {held[0]} waits for other ranks' calls. "
+                               f"{self._board.waiting()}")
         self.world.synchronize(self._rank)
 
     def destroy(self) -> None:
-        """ncclCommDestroy: finish outstanding work, then release the rank. Later calls raise InvalidUsage."""
-        if self.destroyed:
+        """ncclCommDestroy: finish outstanding work, then release the rank; its calls still waiting for other ranks
+        are dropped. Later calls raise InvalidUsage. Idempotent. ``comm.destroy()``"""
+        if self.__dict__.get("_pending") or self.destroyed:
             return
         try:
-            if not self.aborted:
+            if not self.aborted and not self._board.held(self._rank):
                 self.world.synchronize(self._rank)
         finally:
             self.destroyed = True
+            self._board.leave(self._rank, "destroyed")
             self.world.destroy(self._rank)
+            self.state = RankState()
 
     def abort(self) -> None:
-        """ncclCommAbort: drop outstanding work at once and release the rank."""
-        if self.destroyed:
+        """ncclCommAbort: drop outstanding work at once and release the rank; the other ranks' calls that need it
+        raise RemoteError. ``comm.abort()``"""
+        if self.__dict__.get("_pending") or self.destroyed:
             return
         self.aborted = True
+        self._board.leave(self._rank, "aborted")
         self.world.abort(self._rank)
         self.destroyed = True
 
+    def _ready(self) -> None:
+        pending = self.__dict__.get("_pending")
+        if pending:
+            raise InvalidUsage(f"this communicator is not ready: {pending}")
+
     def _alive(self, what: str) -> None:
+        self._ready()
         if self.destroyed:
             state = "aborted" if self.aborted else "destroyed"
             raise InvalidUsage(f"{what} on a {state} communicator (rank {self._rank})")
 
     # -- argument checks -----------------------------------------------------------------------------------------------
-    def _dtype(self, buf: Buffer, what: str):
+    def _reducible(self, buf: Buffer, what: str) -> str:
         name = str(buf.dtype)
         if name not in self.transport.dtypes:
-            raise InvalidArgument(f"{what}: dtype {name} is not supported by transport {self.transport.name} "
-                                  f"(supported: {', '.join(self.transport.dtypes)})")
-        return buf.dtype
+            raise InvalidArgument(f"{what}: dtype {name} is not supported by transport {self.transport.name} for "
+                                  f"reductions (supported: {', '.join(self.transport.dtypes)}; the copy collectives "
+                                  "move any dtype)")
+        return name
 
     def _root(self, root, what="root") -> int:
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self._nranks:
-            raise InvalidArgument(f"invalid {what} {root} ({what} should be in the 0..{self._nranks - 1} range)")
-        return int(root)
+        r = _integer(root)
+        if r is None or not 0 <= r < self._nranks:
+            raise InvalidArgument(f"invalid {what} {_show(root)} ({what} should be in the 0..{self._nranks - 1} range)")
+        return r
 
     def _algo(self, kind: str, algo, count: int = 0, dtype=None, op=None, root=None) -> str:
         """The algorithm a call runs; "auto" asks the tuners (qccl.plugins.tune), the same answer on every rank."""
-        algo = algo or self.config.get("algo", "ring")
+        if not algo:
+            algo = self.config.algo
+            if algo not in ALGOS[kind] and algo != "auto":     # a config-wide default: where the kind has it
+                algo = "ring"
         if algo != "auto" and algo not in ALGOS[kind]:
             raise InvalidArgument(f"{kind}: unknown algorithm {algo!r} (available: auto, {', '.join(ALGOS[kind])})")
-        return tune(kind, algo, ALGOS[kind], self._nranks, count, dtype, op, root, self.config)
+        return tune(kind, algo, ALGOS[kind], self._nranks, count, dtype, op, root, self.config.as_dict())
+
+    @staticmethod
+    def _stream(stream) -> None:
+        if stream is not None and not (_integer(stream) == 0):
+            raise InvalidArgument(f"stream={stream!r} is not supported (valid: None or 0, the default stream: each "
+                                  "rank's calls run in order on its device's one queue)")
 
     def _buffers(self, kind: str, sendbuf, recvbuf, layout: str = "same", send: bool = True, recv: bool = True):
         """Wrap and check the buffers a rank passes to a collective; ``send``/``recv`` False: this rank does not use
         that one (a non-root's Broadcast input, Reduce output). Both used: one dtype, the sizes ``layout`` asks
         (same: equal; gather: recv = nranks x send; scatter: send = nranks x recv), and either disjoint or the in-place
-        arrangement NCCL defines (recv's, or send's, block of this rank). Returns (send, recv, dtype)."""
+        arrangement NCCL defines (recv's, or send's, block of this rank; none for all-to-all). Returns (send, recv)."""
         s = as_buffer(sendbuf, f"{kind} sendbuf") if send else None
         r = _writable(as_buffer(recvbuf, f"{kind} recvbuf"), f"{kind} recvbuf") if recv else None
         if s is not None and r is not None and s.dtype != r.dtype:
             raise InvalidArgument(f"{kind}: send dtype {s.dtype} and recv dtype {r.dtype} differ")
-        dt = self._dtype(s if s is not None else r, kind)
         if s is None or r is None:
-            return s, r, dt
+            return s, r
         n = self._nranks
         if layout == "same" and s.count != r.count:
             raise InvalidArgument(f"{kind}: sendbuf has {s.count} elements, recvbuf {r.count}")
@@ -214,110 +392,159 @@ class Communicator:
         if layout == "scatter" and s.count != r.count * n:
             raise InvalidArgument(f"{kind}: sendbuf has {s.count} elements; it needs nranks x recvcount = "
                                   f"{n} x {r.count}")
+        if layout == "alltoall" and (s.count != r.count or s.count % n):
+            raise InvalidArgument(f"{kind}: sendbuf has {s.count} elements, recvbuf {r.count}; both need nranks x "
+                                  f"count ({n} x count)")
         in_place = {"same": s.ptr == r.ptr, "gather": s.ptr == r.ptr + self._rank * s.nbytes,
-                    "scatter": r.ptr == s.ptr + self._rank * r.nbytes}[layout]
+                    "scatter": r.ptr == s.ptr + self._rank * r.nbytes, "alltoall": False}[layout]
         if s.overlaps(r) and not in_place:
             raise InvalidArgument(f"{kind}: send and recv buffers overlap without being in place")
-        return s, r, dt
+        return s, r
 
-    def _submit(self, call: Call) -> None:
-        if G.in_group():
-            G.add(call)
-        else:
-            execute([call])
+    def _enqueue(self, sig: Sig, send: Buffer | None, recv: Buffer | None) -> None:
+        E.enqueue(Call(sig, self._rank, self, send, recv))
 
     # -- collectives ------------------------------------------------------------------------------------------------------
+    @_api
     def allreduce(self, sendbuf, recvbuf, op="sum", stream=None, algo=None) -> None:
-        """ncclAllReduce: recv = op over ranks of send. In place when send is recv."""
+        """ncclAllReduce: recv = op over ranks of send (int32 / uint32 on QLink). In place when send is recv.
+
+        >>> c.allreduce(x, y, qccl.SUM)            # doctest: +SKIP
+        """
         self._alive("allreduce")
+        self._stream(stream)
         op = red_op(op)
-        s, r, dt = self._buffers("allreduce", sendbuf, recvbuf)
-        self._submit(Call(self, "allreduce", s, r, s.count, dt, op, None,
-                          self._algo("allreduce", algo, s.count, dt, op)))
+        s, r = self._buffers("allreduce", sendbuf, recvbuf)
+        dt = self._reducible(s, "allreduce")
+        self._enqueue(Sig("allreduce", s.count, dt, str(op), None,
+                          self._algo("allreduce", algo, s.count, s.dtype, op)), s, r)
 
+    @_api
     def reduce(self, sendbuf, recvbuf, op="sum", root=0, stream=None, algo=None) -> None:
-        """ncclReduce: the root's recv = op over ranks of send; the other ranks' recv is not touched (may be None)."""
+        """ncclReduce: the root's recv = op over ranks of send; the other ranks' recv is not touched (may be None).
+
+        >>> c.reduce(x, y if c.rank == 0 else None, "max", root=0)          # doctest: +SKIP
+        """
         self._alive("reduce")
+        self._stream(stream)
         root = self._root(root)
         op = red_op(op)
-        s, r, dt = self._buffers("reduce", sendbuf, recvbuf, recv=self._rank == root)
-        self._submit(Call(self, "reduce", s, r, s.count, dt, op, root, self._algo("reduce", algo)))
+        s, r = self._buffers("reduce", sendbuf, recvbuf, recv=self._rank == root)
+        dt = self._reducible(s, "reduce")
+        self._enqueue(Sig("reduce", s.count, dt, str(op), root, self._algo("reduce", algo)), s, r)
 
+    @_api
     def broadcast(self, sendbuf, recvbuf, root=0, stream=None, algo=None) -> None:
-        """ncclBroadcast: every rank's recv = the root's send (send may be None on other ranks)."""
-        self._alive("broadcast")
-        root = self._root(root)
-        s, r, dt = self._buffers("broadcast", sendbuf, recvbuf, send=self._rank == root)
-        self._submit(Call(self, "broadcast", s, r, r.count, dt, None, root,
-                          self._algo("broadcast", algo, r.count, dt, None, root)))
+        """ncclBroadcast: every rank's recv = the root's send (send may be None on other ranks). Any dtype.
 
+        >>> c.broadcast(x if c.rank == 1 else None, y, root=1)             # doctest: +SKIP
+        """
+        self._alive("broadcast")
+        self._stream(stream)
+        root = self._root(root)
+        s, r = self._buffers("broadcast", sendbuf, recvbuf, send=self._rank == root)
+        self._enqueue(Sig("broadcast", r.count, str(r.dtype), None, root,
+                          self._algo("broadcast", algo, r.count, r.dtype, None, root)), s, r)
+
+    @_api
     def bcast(self, buf, root=0, stream=None, algo=None) -> None:
-        """In-place broadcast (ncclBcast)."""
+        """ncclBcast: in-place broadcast. ``c.bcast(x, root=0)``"""
         self.broadcast(buf, buf, root, stream, algo)
 
+    @_api
     def allgather(self, sendbuf, recvbuf, stream=None, algo=None) -> None:
-        """ncclAllGather: recv = the ranks' send buffers, rank order. In place when send is recv's own block."""
+        """ncclAllGather: recv = the ranks' send buffers, rank order. In place when send is recv's own block. Any
+        dtype. ``c.allgather(x, y)`` with ``y.size == c.nranks * x.size``"""
         self._alive("allgather")
-        s, r, dt = self._buffers("allgather", sendbuf, recvbuf, "gather")
-        self._submit(Call(self, "allgather", s, r, s.count, dt, None, None,
-                          self._algo("allgather", algo, s.count, dt)))
+        self._stream(stream)
+        s, r = self._buffers("allgather", sendbuf, recvbuf, "gather")
+        self._enqueue(Sig("allgather", s.count, str(s.dtype), None, None,
+                          self._algo("allgather", algo, s.count, s.dtype)), s, r)
 
+    @_api
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", stream=None, algo=None) -> None:
-        """ncclReduceScatter: rank r's recv = block r of op over ranks of send. In place when recv is send's block r."""
+        """ncclReduceScatter: rank r's recv = block r of op over ranks of send. In place when recv is send's block r.
+        ``c.reduce_scatter(x, y, "sum")`` with ``x.size == c.nranks * y.size``"""
         self._alive("reduce_scatter")
+        self._stream(stream)
         op = red_op(op)
-        s, r, dt = self._buffers("reduce_scatter", sendbuf, recvbuf, "scatter")
-        self._submit(Call(self, "reduce_scatter", s, r, r.count, dt, op, None, self._algo("reduce_scatter", algo)))
+        s, r = self._buffers("reduce_scatter", sendbuf, recvbuf, "scatter")
+        dt = self._reducible(s, "reduce_scatter")
+        self._enqueue(Sig("reduce_scatter", r.count, dt, str(op), None, self._algo("reduce_scatter", algo)), s, r)
 
+    @_api
+    def alltoall(self, sendbuf, recvbuf, stream=None) -> None:
+        """ncclAlltoAll: block p of this rank's send goes to rank p, and block p of recv comes from rank p (grouped
+        send / recv, as NCCL builds it). Any dtype; not in place. ``c.alltoall(x, y)`` with ``x.size == y.size ==
+        c.nranks * count``"""
+        self._alive("alltoall")
+        self._stream(stream)
+        s, r = self._buffers("alltoall", sendbuf, recvbuf, "alltoall")
+        self._enqueue(Sig("alltoall", s.count // self._nranks, str(s.dtype)), s, r)
+
+    @_api
+    def gather(self, sendbuf, recvbuf, root=0, stream=None) -> None:
+        """ncclGather: the root's recv = the ranks' send buffers in rank order (recv may be None elsewhere). Any
+        dtype. ``c.gather(x, y if c.rank == 0 else None, root=0)``"""
+        self._alive("gather")
+        self._stream(stream)
+        root = self._root(root)
+        s, r = self._buffers("gather", sendbuf, recvbuf, "gather", recv=self._rank == root)
+        self._enqueue(Sig("gather", s.count, str(s.dtype), None, root), s, r)
+
+    @_api
+    def scatter(self, sendbuf, recvbuf, root=0, stream=None) -> None:
+        """ncclScatter: rank p's recv = block p of the root's send (send may be None elsewhere). Any dtype.
+        ``c.scatter(x if c.rank == 0 else None, y, root=0)``"""
+        self._alive("scatter")
+        self._stream(stream)
+        root = self._root(root)
+        s, r = self._buffers("scatter", sendbuf, recvbuf, "scatter", send=self._rank == root)
+        self._enqueue(Sig("scatter", r.count, str(r.dtype), None, root), s, r)
+
+    @_api
+    def barrier(self, stream=None) -> None:
+        """Every rank's barrier returns after every rank called it (a one-word allreduce on the devices).
+        ``c.barrier()``"""
+        self._alive("barrier")
+        self._stream(stream)
+        self._enqueue(Sig("barrier"), None, None)
+
+    @_api
     def send(self, sendbuf, peer, stream=None) -> None:
-        """ncclSend: to ``peer``, which must post a matching recv (in the same group, when one process drives both)."""
+        """ncclSend: to ``peer``, which must post a matching recv (count and dtype). Any dtype.
+        ``c.send(x, peer=1)``"""
         self._alive("send")
+        self._stream(stream)
         peer = self._root(peer, "peer")
         s = as_buffer(sendbuf, "send buf")
-        self._submit(Call(self, "send", s, None, s.count, self._dtype(s, "send"), None, peer))
+        self._enqueue(Sig("send", s.count, str(s.dtype), None, peer), s, None)
 
+    @_api
     def recv(self, recvbuf, peer, stream=None) -> None:
-        """ncclRecv: from ``peer``."""
+        """ncclRecv: from ``peer``. Any dtype. ``c.recv(y, peer=0)``"""
         self._alive("recv")
+        self._stream(stream)
         peer = self._root(peer, "peer")
         r = _writable(as_buffer(recvbuf, "recv buf"), "recv buf")
-        self._submit(Call(self, "recv", None, r, r.count, self._dtype(r, "recv"), None, peer))
+        self._enqueue(Sig("recv", r.count, str(r.dtype), None, peer), None, r)
 
-    # -- schedules --------------------------------------------------------------------------------------------------------
-    def _schedule(self, calls: list[Call], state: RankState) -> list:
-        ops = []
-        pipelined = bool(self.config.get("p2p_pipeline", True))
-        i = 0
-        while i < len(calls):
-            c = calls[i]
-            if c.p2p:
-                j = i
-                while j < len(calls) and calls[j].p2p:
-                    j += 1
-                batch = calls[i:j]
-                sends = [(x.root, x.send) for x in batch if x.kind == "send" and x.count]
-                recvs = [(x.root, x.recv) for x in batch if x.kind == "recv" and x.count]
-                sch = Scheduler(self.heap, state, DataType.INT32, RedOp.SUM, "sendrecv")
-                sch.send_recv(sends, recvs, pipelined)
-                ops += sch.ops
-                i = j
-                continue
-            i += 1
-            if c.count == 0:
-                continue
-            sch = Scheduler(self.heap, state, c.dtype, c.op or RedOp.SUM, c.kind)
-            if c.kind == "allreduce":
-                sch.allreduce(c.send, c.recv, c.count, c.algo)
-            elif c.kind == "reduce":
-                sch.reduce(c.send, c.recv, c.count, c.root)
-            elif c.kind == "broadcast":
-                sch.broadcast(c.send, c.recv, c.count, c.root, c.algo)
-            elif c.kind == "allgather":
-                sch.allgather(c.send, c.recv, c.count, c.algo)
-            elif c.kind == "reduce_scatter":
-                sch.reduce_scatter(c.send, c.recv, c.count)
-            ops += sch.ops
-        return ops
+
+def _create_world(transport, nranks: int, ranks: list, uid, cfg: Config):
+    """The transport's world for these ranks; an error that is not qccl's becomes InvalidArgument naming the config."""
+    try:
+        return transport.create_world(nranks, ranks, uid, cfg.as_dict())
+    except QcclError:
+        raise
+    except Exception as e:      # noqa: BLE001  (e.g. the machine refusing backend='nope')
+        raise InvalidArgument(f"transport {transport.name} cannot create a world of {nranks} ranks with this config "
+                              f"(backend={cfg.backend!r}, burst={cfg.burst}): {e}") from e
+
+
+def _show(value) -> str:
+    """A value as the user would write it: numpy integers as plain integers."""
+    n = _integer(value)
+    return str(n) if n is not None else repr(value)
 
 
 def _writable(buf: Buffer, what: str) -> Buffer:
@@ -326,110 +553,8 @@ def _writable(buf: Buffer, what: str) -> Buffer:
     return buf
 
 
-def _check_size(n) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_RANKS:
-        raise InvalidArgument(f"invalid number of ranks {n} (qccl on QLink supports 1..{MAX_RANKS})")
-
-
-def _check_p2p(calls_by_rank: dict, nranks: int, complete: bool) -> None:
-    """Sends and receives must pair up: same peer order, counts and dtypes. A send to self needs a recv from self."""
-    def lists(rank, kind, peer):
-        return [(c.count, str(c.dtype)) for c in calls_by_rank.get(rank, []) if c.kind == kind and c.root == peer]
-
-    for s, calls in calls_by_rank.items():
-        for peer in sorted({c.root for c in calls if c.kind == "send"}):
-            if peer != s and (not complete and peer not in calls_by_rank):
-                continue
-            sent, got = lists(s, "send", peer), lists(peer, "recv", s)
-            if sent != got:
-                raise InvalidUsage(f"rank {s} sends {_fmt(sent)} to rank {peer}, but rank {peer} receives "
-                                   f"{_fmt(got)} from rank {s}")
-        for peer in sorted({c.root for c in calls if c.kind == "recv"}):
-            if peer != s and (not complete and peer not in calls_by_rank):
-                continue
-            if lists(peer, "send", s) != lists(s, "recv", peer):
-                raise InvalidUsage(f"rank {s} receives {_fmt(lists(s, 'recv', peer))} from rank {peer}, but rank "
-                                   f"{peer} sends {_fmt(lists(peer, 'send', s))} to rank {s}")
-
-
-def _fmt(items) -> str:
-    if not items:
-        return "nothing"
-    return ", ".join(f"{n} x {t}" for n, t in items)
-
-
-def _check_collectives(calls_by_rank: dict) -> None:
-    seqs = {r: [c for c in calls if not c.p2p and c.count] for r, calls in calls_by_rank.items()}
-    ranks = sorted(seqs)
-    base = ranks[0]
-    for r in ranks[1:]:
-        a, b = seqs[base], seqs[r]
-        for i in range(max(len(a), len(b))):
-            ca = a[i] if i < len(a) else None
-            cb = b[i] if i < len(b) else None
-            if ca is None or cb is None or ca.signature() != cb.signature():
-                raise InvalidUsage(f"mismatched collective calls: call {i} is {ca or 'missing'} on rank {base} but "
-                                   f"{cb or 'missing'} on rank {r}")
-
-
-def execute(calls: list[Call]) -> None:
-    """Run calls (one group, or a single call): check, schedule per rank, submit each world's epoch."""
-    for c in calls:
-        c.comm._alive(c.kind)
-    worlds: dict[int, list] = {}
-    for c in calls:
-        worlds.setdefault(id(c.comm.world), []).append(c)
-    plans = []
-    for wcalls in worlds.values():
-        world = wcalls[0].comm.world
-        nranks = wcalls[0].comm.nranks
-        by_rank: dict[int, list[Call]] = {}
-        comms = {}
-        for c in wcalls:
-            if c.comm.rank in comms and comms[c.comm.rank] is not c.comm:
-                raise InvalidUsage(f"two communicators for rank {c.comm.rank} in one group")
-            comms[c.comm.rank] = c.comm
-            by_rank.setdefault(c.comm.rank, []).append(c)
-        complete = len(by_rank) == nranks
-        for r, rc in by_rank.items():
-            for c in rc:
-                if c.kind == "send" and c.root == r and not any(x.kind == "recv" and x.root == r for x in rc):
-                    raise InvalidUsage(f"rank {r} sends to itself without a matching recv in the same group")
-        _check_p2p(by_rank, nranks, complete)
-        if complete:
-            _check_collectives(by_rank)
-        for r, rc in by_rank.items():
-            gathered = world.gather_calls(r, [(c.kind, c.count, str(c.dtype), None if c.op is None else int(c.op),
-                                               c.root, c.algo) for c in rc])
-            if gathered is not None:
-                _check_gathered(gathered, r)
-        work = []
-        states = {}
-        for r, rc in sorted(by_rank.items()):
-            comm = comms[r]
-            state = comm.state.clone()
-            work.append(Work(r, comm._schedule(rc, state), [c.signature() for c in rc]))
-            states[r] = state
-        plans.append((world, comms, states, work))
-    for world, comms, states, work in plans:
-        for r, st in states.items():
-            comms[r].state = st
-        run_epoch(world, work)
-
-
-def _check_gathered(gathered: list, me: int) -> None:
-    """Across processes: the same collectives everywhere, and point-to-point calls that pair up."""
-    class _C:
-        def __init__(self, sig):
-            self.kind, self.count, self.dtype, self.op, self.root, self.algo = sig
-            self.p2p = self.kind in ("send", "recv")
-
-        def signature(self):
-            return (self.kind, self.count, self.dtype, self.op, self.root, self.algo)
-
-        def __str__(self):
-            return f"{self.kind}(count={self.count}, dtype={self.dtype})"
-
-    by_rank = {r: [_C(tuple(s)) for s in sigs] for r, sigs in enumerate(gathered)}
-    _check_p2p(by_rank, len(gathered), True)
-    _check_collectives(by_rank)
+def _check_size(n) -> int:
+    v = _integer(n)
+    if v is None or not 1 <= v <= MAX_RANKS:
+        raise InvalidArgument(f"invalid number of ranks {_show(n)} (qccl on QLink supports 1..{MAX_RANKS})")
+    return v

@@ -1,4 +1,11 @@
-"""Reduction ops and data types, with NCCL's numbering (ncclRedOp_t, ncclDataType_t)."""
+"""Reduction ops and data types, with NCCL's numbering (ncclRedOp_t, ncclDataType_t).
+
+Wherever qccl takes an op it takes a :class:`RedOp`, NCCL's number or a name; wherever it takes a data type, a
+:class:`DataType`, NCCL's number, a name, or a numpy / torch dtype::
+
+    >>> red_op("max"), red_op(2), data_type(7), data_type("bf16")
+    (<RedOp.MAX: 2>, <RedOp.MAX: 2>, <DataType.FLOAT32: 7>, <DataType.BFLOAT16: 9>)
+"""
 from __future__ import annotations
 
 from enum import IntEnum
@@ -29,18 +36,30 @@ SUM, PROD, MAX, MIN, AVG = RedOp.SUM, RedOp.PROD, RedOp.MAX, RedOp.MIN, RedOp.AV
 _OP_NAMES = {"sum": SUM, "prod": PROD, "product": PROD, "max": MAX, "min": MIN, "avg": AVG, "mean": AVG}
 
 
+def _integer(x) -> int | None:
+    """``x`` as a Python int when it is an integer (numpy's too) but not a bool; None otherwise."""
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        return int(x)
+    return None
+
+
 def red_op(op) -> RedOp:
-    """An op given as a RedOp, its NCCL number or its name ('sum', 'prod', 'max', 'min', 'avg')."""
+    """An op given as a RedOp, its NCCL number or its name ('sum', 'prod', 'max', 'min', 'avg').
+
+    >>> red_op("avg") is red_op(4) is AVG
+    True
+    """
     if isinstance(op, RedOp):
         return op
     if isinstance(op, str) and op.lower() in _OP_NAMES:
         return _OP_NAMES[op.lower()]
-    if isinstance(op, (int, np.integer)) and not isinstance(op, bool) and int(op) in RedOp._value2member_map_:
-        return RedOp(int(op))
+    number = _integer(op)
+    if number is not None and number in RedOp._value2member_map_:
+        return RedOp(number)
     name = getattr(op, "name", None)        # torch.distributed.ReduceOp and friends
     if isinstance(name, str) and name.lower() in _OP_NAMES:
         return _OP_NAMES[name.lower()]
-    raise InvalidArgument(f"invalid reduction op {op!r} (ops are sum, prod, max, min, avg)")
+    raise InvalidArgument(f"invalid reduction op {op!r} (ops are sum, prod, max, min, avg, or NCCL's numbers 0..4)")
 
 
 class DataType(_Named):
@@ -59,12 +78,30 @@ class DataType(_Named):
     FLOAT8E5M2 = 11
 
 
-_NUMPY = {"int8": DataType.INT8, "uint8": DataType.UINT8, "int32": DataType.INT32, "uint32": DataType.UINT32,
-          "int64": DataType.INT64, "uint64": DataType.UINT64, "float16": DataType.FLOAT16,
-          "float32": DataType.FLOAT32, "float64": DataType.FLOAT64, "bfloat16": DataType.BFLOAT16}
+# names numpy, torch and NCCL's own aliases (ncclChar, ncclInt, ncclHalf, ncclFloat, ncclDouble) use
+_NAMES = {"int8": DataType.INT8, "char": DataType.INT8, "uint8": DataType.UINT8, "int32": DataType.INT32,
+          "int": DataType.INT32, "uint32": DataType.UINT32, "int64": DataType.INT64, "uint64": DataType.UINT64,
+          "float16": DataType.FLOAT16, "half": DataType.FLOAT16, "float32": DataType.FLOAT32,
+          "float": DataType.FLOAT32, "float64": DataType.FLOAT64, "double": DataType.FLOAT64,
+          "bfloat16": DataType.BFLOAT16, "bf16": DataType.BFLOAT16, "float8_e4m3fn": DataType.FLOAT8E4M3,
+          "float8e4m3": DataType.FLOAT8E4M3, "float8_e5m2": DataType.FLOAT8E5M2, "float8e5m2": DataType.FLOAT8E5M2}
 
 
 def data_type(dtype) -> DataType | str:
-    """NCCL's data type for a numpy / torch dtype; the dtype's own name when NCCL has none (e.g. 'int16')."""
+    """NCCL's data type for a DataType, NCCL's number, a name, or a numpy / torch dtype; the dtype's own name when
+    NCCL has none (e.g. 'bool', 'int16': such buffers still travel through the copy collectives as raw bytes).
+
+    >>> data_type(np.dtype("int32")), data_type(2), data_type("torch.bfloat16"), data_type(np.bool_)
+    (<DataType.INT32: 2>, <DataType.INT32: 2>, <DataType.BFLOAT16: 9>, 'bool')
+    """
+    if isinstance(dtype, DataType):
+        return dtype
+    number = _integer(dtype)
+    if number is not None:
+        if number in DataType._value2member_map_:
+            return DataType(number)
+        raise InvalidArgument(f"invalid data type number {number} (NCCL's numbers are 0..{len(DataType) - 1})")
+    if isinstance(dtype, type) and issubclass(dtype, np.generic):
+        dtype = np.dtype(dtype)
     name = str(dtype).replace("torch.", "")
-    return _NUMPY.get(name, name)
+    return _NAMES.get(name.lower(), name)

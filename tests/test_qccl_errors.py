@@ -43,8 +43,9 @@ BAD_CALLS = [
     ("reduce_scatter size", lambda c, x, y: c.reduce_scatter(x, y), qccl.InvalidArgument, "nranks x recvcount"),
     ("dtype mismatch", lambda c, x, y: c.allreduce(x, y.view(np.uint32)), qccl.InvalidArgument, "differ"),
     ("float32", lambda c, x, y: c.allreduce(x.astype(np.float32), y.astype(np.float32)), qccl.InvalidArgument,
-     r"dtype float32 is not supported by transport qlink \(supported: int32, uint32\)"),
-    ("int64", lambda c, x, y: c.send(x.astype(np.int64), 1), qccl.InvalidArgument, "supported: int32, uint32"),
+     r"dtype float32 is not supported by transport qlink for reductions \(supported: int32, uint32"),
+    ("int64 reduce", lambda c, x, y: c.reduce(x.astype(np.int64), y.astype(np.int64), root=0), qccl.InvalidArgument,
+     "reduce: dtype int64 is not supported .*supported: int32, uint32"),
     ("partial overlap", lambda c, x, y: c.allreduce(x[:8], x[4:12]), qccl.InvalidArgument, "overlap"),
     ("not an array", lambda c, x, y: c.allreduce([1, 2], y), qccl.InvalidArgument, "numpy array or a torch tensor"),
     ("unknown algo", lambda c, x, y: c.allgather(x[:4], y, algo="tree"), qccl.InvalidArgument, "unknown algorithm"),
@@ -55,9 +56,17 @@ BAD_CALLS = [
      "reduce: sendbuf has 16 elements, recvbuf 3"),
     ("reduce_scatter dtype", lambda c, x, y: c.reduce_scatter(x, y[:4].view(np.uint32)), qccl.InvalidArgument,
      "send dtype int32 and recv dtype uint32 differ"),
-    ("int16 allgather", lambda c, x, y: c.allgather(x[:4].astype(np.int16), y.astype(np.int16)),
-     qccl.InvalidArgument, r"allgather: dtype int16 is not supported by transport qlink \(supported: int32, uint32\)"),
-    ("float64 recv", lambda c, x, y: c.recv(y.astype(np.float64), 1), qccl.InvalidArgument, "supported: int32, uint32"),
+    ("int16 reduce_scatter", lambda c, x, y: c.reduce_scatter(x.astype(np.int16), y[:4].astype(np.int16)),
+     qccl.InvalidArgument, r"reduce_scatter: dtype int16 is not supported by transport qlink for reductions"),
+    ("bool allreduce", lambda c, x, y: c.allreduce(x.astype(bool), y.astype(bool)), qccl.InvalidArgument,
+     "dtype bool is not supported.*the copy collectives move any dtype"),
+    ("alltoall size", lambda c, x, y: c.alltoall(x[:6], y[:6]), qccl.InvalidArgument, "nranks x count"),
+    ("gather size at the root", lambda c, x, y: c.gather(x[:4], y[:8], root=0), qccl.InvalidArgument,
+     "nranks x sendcount"),
+    ("scatter root", lambda c, x, y: c.scatter(x, y[:4], root=np.int64(5)), qccl.InvalidArgument,
+     r"invalid root 5 \(root should be in the 0..3 range\)"),
+    ("stream", lambda c, x, y: c.allreduce(x, y, stream=object()), qccl.InvalidArgument,
+     "is not supported \\(valid: None or 0"),
     ("read-only recvbuf", lambda c, x, y: c.allreduce(x, read_only(y)), qccl.InvalidArgument, "read-only"),
     ("read-only recv", lambda c, x, y: c.recv(read_only(y), 2), qccl.InvalidArgument, "recv buf: the buffer is read-only"),
 ]
@@ -117,18 +126,20 @@ def test_refused_call_inside_a_group_is_not_recorded(comms):
 def test_mismatched_group_calls_are_usage_errors(comms):
     x, y = np.arange(4, dtype=np.int32), np.zeros(4, np.int32)
     before = snapshot(comms)
-    with pytest.raises(qccl.InvalidUsage, match="mismatched collective calls"):
+    with pytest.raises(qccl.InvalidUsage, match=r"mismatched calls: collective call 0 on this communicator is "
+                       r"allreduce\(count=4, dtype=int32, op=sum, algo=ring\) on rank 0 but "
+                       r"allgather\(count=1, dtype=int32, algo=ring\) on rank 2"):
         with qccl.group():
             for c in comms:
                 if c.rank == 2:
                     c.allgather(x[:1], y)
                 else:
                     c.allreduce(x, y)
-    with pytest.raises(qccl.InvalidUsage, match="rank 0 sends 4 x int32 to rank 1, but rank 1 receives 3 x int32"):
+    with pytest.raises(qccl.InvalidUsage, match=r"rank 0 sends 4 x int32 to rank 1 .*, but rank 1 receives 3 x int32 from rank 0"):
         with qccl.group():
             comms[0].send(x, 1)
             comms[1].recv(y[:3], 0)
-    with pytest.raises(qccl.InvalidUsage, match="sends to itself without a matching recv"):
+    with pytest.raises(qccl.InvalidUsage, match=r"rank 3 sends 4 x int32 to rank 3 .*but rank 3 posts no matching recv in the same group"):
         comms[3].send(x, 3)
     assert snapshot(comms) == before
 
@@ -169,14 +180,17 @@ def test_destroy_and_abort():
         comms[0].stats
     comms = qccl.Communicator.init_all(2)
     x, y = np.arange(20, dtype=np.int32), np.zeros(20, np.int32)
-    comms[0].send(x, 1)                                 # ungrouped: waits for rank 1's recv, which never comes
-    assert comms[0].world.pending(0)
-    with pytest.raises(qccl.DeadlockError, match="waits for work no rank has queued"):
+    comms[0].send(x, 1)                                 # ungrouped: held until rank 1's recv, which never comes
+    assert not comms[0].world.pending(0), "nothing moves before the matching recv is posted"
+    with pytest.raises(qccl.InvalidUsage, match=r"send\(count=20, dtype=int32, peer=1\) waits for other ranks' "
+                                                r"calls.*rank 1 posted 0 calls"):
         comms[0].synchronize()
     comms[0].abort()
     with pytest.raises(qccl.InvalidUsage, match="aborted communicator"):
         comms[0].send(x, 1)
     assert not comms[0].world.pending(0)
+    with pytest.raises(qccl.RemoteError, match="rank 0 of this communicator was aborted"):
+        comms[1].recv(y, 0)
 
 
 def test_ungrouped_calls_complete_when_the_last_rank_calls():
@@ -220,7 +234,7 @@ def test_calls_after_a_peer_aborted_raise_instead_of_hanging():
     comms = qccl.Communicator.init_all(3)
     comms[1].abort()
     x = [np.arange(4, dtype=np.int32) for _ in range(3)]
-    with pytest.raises(qccl.RemoteError, match="rank 1 aborted"):
+    with pytest.raises(qccl.RemoteError, match="rank 1 of this communicator was aborted"):
         with qccl.group():
             comms[0].allreduce(x[0], x[0].copy())
             comms[2].allreduce(x[2], x[2].copy())
