@@ -126,6 +126,15 @@ class Machines:
         self.run({r: [self.read(address, out[r])] for r in self.ranks})
         return out
 
+    def rebase(self) -> None:
+        """Context rebase on every rank (between launches): each device's 127 words are read back, a fresh context
+        starts, the words are written back (qwengpu.Device.rebase: a copy, no computation)."""
+        for r in self.ranks:
+            self.world.devices[r].rebase()
+
+    def rebases(self) -> list[int]:
+        return [self.world.devices[r].rebases for r in self.ranks]
+
     def tokens_written(self) -> list[int]:
         return [c.stats["tokens_written"] for c in self.comms]
 
@@ -153,6 +162,9 @@ def parser(description: str, steps: int) -> argparse.ArgumentParser:
     ap.add_argument("--backend", default="interpreter", choices=("interpreter", "circuit", "model"),
                     help="the QwenGPUs' backend (circuit and model: a few steps; they decode every token)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rebase-every", type=int, default=None, metavar="N",
+                    help="context rebase on every rank after every N steps (default: never on the interpreter, "
+                         "every step on the circuit and model backends)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     return ap
 
@@ -160,6 +172,15 @@ def parser(description: str, steps: int) -> argparse.ArgumentParser:
 def check_steps(steps: int) -> None:
     if steps < 1:
         raise qccl.InvalidArgument(f"--steps {steps}: a run has at least 1 step")
+
+
+def rebase_every(option: int | None, backend: str) -> int:
+    """Steps between context rebases (0: never)."""
+    if option is None:
+        return 0 if backend == "interpreter" else 1
+    if option < 0:
+        raise qccl.InvalidArgument(f"--rebase-every {option}: a number of steps >= 0 (0: never)")
+    return option
 
 
 class Progress:

@@ -143,6 +143,9 @@ class Device:
         self._launch = None     # (kernel, program, warps left, records) while busy
         self._pending: int | None = None
         self._snapshot = None
+        self._fresh = self.backend.snapshot()      # the empty context, for rebase()
+        self.rebases = 0
+        self.context_starts = [0]                 # where each context begins in self.tokens (rebase starts one)
 
     # -- memory ----------------------------------------------------------------------------------------------------
     def alloc(self, n: int, at: int | None = None) -> int:
@@ -174,6 +177,22 @@ class Device:
         if address not in self._allocations:
             raise MachineError(f"free({address}): not the start of an allocation")
         del self._allocations[address]
+
+    def rebase(self) -> None:
+        """Context rebase between launches: the host reads the 127 words back, starts a fresh context and writes
+        them back (a copy: nothing is computed), so a long run's context stays short. The next launch feeds its
+        program rows again. ``rebases`` counts them; ``tokens[context_starts[-1]:]`` is the current context.
+
+        >>> dev.rebase(); dev.read(a, 4)        # the same words, in a context of 127 write records
+        """
+        if self._launch is not None:
+            raise MachineError(f"rebase during a launch of {self._launch['kernel'].name}: rebase between launches")
+        words = self.read(0, SINK)
+        self.backend.restore(self._fresh)
+        self._rom = [None] * len(self._rom)
+        self.context_starts.append(len(self.tokens))
+        self.write(0, words)
+        self.rebases += 1
 
     def write(self, address: int, words) -> None:
         """Host -> device copy, fed as write records (MEM a, VAL lo, VAL hi), one per word."""

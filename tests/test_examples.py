@@ -152,3 +152,33 @@ def test_first_xor_ddp_step_on_the_circuit():
     result = verify(CircuitBackend(), dev.tokens, stop_after=1)
     assert result.compared > 1000
     assert result.mismatches == [], str(result)
+
+
+def test_rebase_copies_the_words_into_a_fresh_context():
+    from qwengpu import Device
+    from qwengpu import tokens as T
+    from qwengpu.isa import MachineError
+    dev = Device()
+    a, b, c = dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    dev.write(a, np.array([1, 2, 3, 4])), dev.write(b, np.array([10, 20, 30, 40]))
+    k = dev.load_kernel(ROOT / "qwengpu/kernels/vadd.cu", "vadd")
+    dev.launch(k, threads=4, args=[a, b, c, 4])
+    before = dev.backend.memory[:127]
+    first_launch = [t.id for t in dev.tokens if t.origin == T.MODEL and T.kind(t.id) == "EXEC"]
+    dev.rebase()
+    start = dev.context_starts[-1]
+    context = dev.tokens[start:]
+    assert dev.rebases == 1 and len(context) == 3 * 127                  # the fresh context: 127 write records
+    assert [t.id for t in context[0::3]] == [T.MEM(i) for i in range(127)]
+    assert dev.backend.memory[:127] == before
+    dev.launch(k, threads=4, args=[c, b, a, 4])                          # programs are fed again, and run
+    np.testing.assert_array_equal(dev.read(a, 4), [21, 42, 63, 84])
+    assert [t.id for t in dev.tokens[start:] if t.origin == T.MODEL and T.kind(t.id) == "EXEC"] == first_launch
+    dev.start(k, threads=4, args=[a, b, c, 4])
+    with pytest.raises(MachineError, match="rebase during a launch"):
+        dev.rebase()
+
+
+def test_xor_run_with_rebases_equals_the_replay():
+    result = XorRun(seed=0).train(2, rebase_every=1)
+    assert result["rebases_per_rank"] == [2, 2, 2, 2]

@@ -77,7 +77,7 @@ class MnistRun:
         got = self.m.read_all(self.W, WEIGHTS)
         return np.stack([got[r].reshape(R.PER_RANK, R.CLASSES) for r in self.m.ranks])
 
-    def train(self, steps: int, quiet: bool = True, bound: bool = False) -> dict:
+    def train(self, steps: int, quiet: bool = True, bound: bool = False, rebase_every: int = 0) -> dict:
         common.check_steps(steps)
         m = self.m
         log = common.StepLog()
@@ -96,6 +96,8 @@ class MnistRun:
             # Reported figures come from the replay, whose words were just found equal to the machines'.
             row = log.add(step, t0, t1, l0, l1, loss=round(R.loss_value(e, label, self.variant), 4))
             progress.update(row["loss"], sum(t1))
+            if rebase_every and (step + 1) % rebase_every == 0:
+                m.rebase()
         progress.close()
         common.check_equal("final weights", steps, m.read_all(self.W, WEIGHTS),
                            {r: self.replay_W[r].reshape(-1) for r in m.ranks})
@@ -106,6 +108,7 @@ class MnistRun:
             "tokens_per_step": common.summary(log.rows, "tokens_max") | {"min_over_ranks": common.summary(
                 log.rows, "tokens_min")},
             "launches_per_step": common.summary(log.rows, "launches"), "memory_map": m.memory_map(),
+            "rebases_per_rank": m.rebases(),
             "test_accuracy": test_accuracy, "test_images": int(len(self.test_x)), "replay_checked_steps": steps,
             "steps_log": log.rows,
         }
@@ -129,14 +132,16 @@ def main(argv=None) -> dict:
     ap.add_argument("--no-bound", action="store_true", help="skip the float64 reference fit")
     args = ap.parse_args(argv)
     run = MnistRun(args.variant, seed=args.seed, backend=args.backend, data_dir=args.data)
-    result = run.train(args.steps, quiet=args.quiet, bound=not args.no_bound)
+    result = run.train(args.steps, quiet=args.quiet, bound=not args.no_bound,
+                       rebase_every=common.rebase_every(args.rebase_every, args.backend))
     tok = result["tokens_per_step"]
     print(f"{run.name} ({run.variant}, {result['loss']}, {result['data']}): {args.steps} steps on 4 "
           f"{args.backend} QwenGPUs in {result['wall_s']} s; every step equal to the numpy replay on every rank")
     print(f"  tokens written per step per rank: median {tok['median']:.0f} (max {tok['max']}); launches per step "
           f"{result['launches_per_step']['max']}")
     bound = f" (float64 bound {result['float64_bound']:.1%})" if "float64_bound" in result else ""
-    print(f"  test accuracy {result['test_accuracy']:.1%} on {result['test_images']} images{bound}")
+    print(f"  test accuracy {result['test_accuracy']:.1%} on {result['test_images']} images{bound}; context rebases "
+          f"per rank: {result['rebases_per_rank']}")
     print("  memory map:")
     common.print_memory_map(result["memory_map"])
     common.write_json(args.json, result)

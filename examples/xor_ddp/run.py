@@ -121,8 +121,9 @@ class XorRun:
         return {r: int(counts[r][0]) for r in m.ranks}
 
     # -- the run -------------------------------------------------------------------------------------------------------
-    def train(self, steps: int, quiet: bool = True, on_step=None) -> dict:
-        """Broadcast, then ``steps`` steps, each checked against the replay on every rank; returns the report."""
+    def train(self, steps: int, quiet: bool = True, on_step=None, rebase_every: int = 0) -> dict:
+        """Broadcast, then ``steps`` steps, each checked against the replay on every rank; returns the report.
+        ``rebase_every``: a context rebase on every rank after every that many steps (0: never)."""
         common.check_steps(steps)
         m = self.m
         self.broadcast_init()
@@ -145,6 +146,8 @@ class XorRun:
             progress.update(row["loss"][0], sum(t2))
             if on_step is not None:
                 on_step(step, self)
+            if rebase_every and (step + 1) % rebase_every == 0:
+                m.rebase()
         progress.close()
         correct = self.evaluate()
         return {
@@ -154,7 +157,7 @@ class XorRun:
                 log.rows, "tokens_min")},
             "comm_tokens_per_step": common.summary(log.rows, "comm_tokens_max"),
             "launches_per_step": common.summary(log.rows, "launches"),
-            "memory_map": m.memory_map(), "correct_of_4": correct,
+            "memory_map": m.memory_map(), "correct_of_4": correct, "rebases_per_rank": m.rebases(),
             "final_loss_q8": log.rows[-1]["loss"], "replay_checked_steps": steps, "steps_log": log.rows,
         }
 
@@ -173,7 +176,8 @@ def report(result: dict) -> None:
     print(f"  tokens written per step per rank: median {tok['median']:.0f} (min over ranks {tok['min_over_ranks']['min']}, "
           f"max {tok['max']}); communication {result['comm_tokens_per_step']['median']:.0f}; launches per step "
           f"{result['launches_per_step']['max']}")
-    print(f"  final loss words (Q8, per rank): {result['final_loss_q8']}; XOR points right: {result['correct_of_4']}")
+    print(f"  final loss words (Q8, per rank): {result['final_loss_q8']}; XOR points right: {result['correct_of_4']}; "
+          f"context rebases per rank: {result['rebases_per_rank']}")
     print("  memory map:")
     common.print_memory_map(result["memory_map"])
 
@@ -182,7 +186,8 @@ def main(argv=None, run_class=XorRun, steps: int = 200) -> dict:
     ap = common.parser(run_class.__doc__.splitlines()[0] if run_class.__doc__ else "XOR", steps)
     args = ap.parse_args(argv)
     run = run_class(seed=args.seed, backend=args.backend)
-    result = run.train(args.steps, quiet=args.quiet)
+    result = run.train(args.steps, quiet=args.quiet,
+                       rebase_every=common.rebase_every(args.rebase_every, args.backend))
     report(result)
     common.write_json(args.json, result)
     common.save_npz(args.save, run.parameters())
