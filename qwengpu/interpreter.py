@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import tokens as T
-from .isa import EXIT, LANES, MEMORY_WORDS, NONE, REGISTERS, ROW_WORDS, SINK, TID, Block, MachineError, Operand, alu, decode_block
+from .isa import EXIT, LANES, MEMORY_WORDS, NONE, REGISTERS, ROW_WORDS, SINK, TID, Block, MachineError, Operand, alu, branch_taken, decode_block
 
 # Token id ranges of the families (qwengpu.tokens), as plain ints: the parser compares ids, it builds no objects.
 _VAL_LO, _VAL_HI = T.VAL_BASE, T.VAL_BASE + T.VAL_COUNT
@@ -214,17 +214,8 @@ class Interpreter:
                 if block.atomic:
                     pending[address] = x
         next_block = index + 1
-        if block.branch != "none":
-            if block.branch == "always":
-                taken = True
-            else:
-                if len(set(branch_values)) > 1:
-                    raise MachineError(f"block {index}: divergent branch condition {branch_values} (a uniform branch "
-                                       "must see the same value on every lane)")
-                x = branch_values[0] if branch_values else 0
-                taken = (x != 0) if block.branch == "nonzero" else (x == 0)
-            if taken:
-                next_block = block.target
+        if branch_taken(block.branch, branch_values, f"block {index}: "):
+            next_block = block.target
         if next_block == EXIT or next_block >= len(self.rom) or self.rom[next_block] is None:
             next_block = None
         wait = None

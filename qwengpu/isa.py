@@ -10,7 +10,7 @@ A block is one record. It runs on every lane of a warp through a fixed pipeline 
 3. ALU:           X = OPS[op](A, B)                             (one op from a small table, 32-bit wrap-around)
 4. write-back:    R[dst] = X on active lanes                    (dst may be NONE)
 5. store (optional): mem[R[s.reg] + s.imm] = X                  (becomes a write-back record, may cross QLink)
-6. branch (optional): uniform, on X != 0 / X == 0 / always, to a block or to EXIT
+6. branch (optional): uniform on X != 0 / X == 0, always, or on any active lane's X != 0, to a block or to EXIT
 
 A lane is active when it exists in the warp and its predicate register (if the block has one) is nonzero (or zero,
 with ``pred_negate``). An atomic block loads and stores the same address with the lanes in order, each lane seeing the
@@ -88,8 +88,27 @@ OPS: dict[str, tuple[int, object]] = {
 OP_NAMES = {code: name for name, (code, _) in OPS.items()}
 DIVISIONS = ("div_u", "div_s", "rem_u", "rem_s")        # the ops whose B is a divisor
 
-BRANCHES = {"none": 0, "always": 1, "nonzero": 2, "zero": 3}
+# Branch kinds. "nonzero" / "zero" are uniform: every active lane must see the same X (a warp-uniform loop such as
+# ``while (*flag < k)``). "any" is the SIMT loop branch: taken when X is nonzero on any active lane, so a loop
+# whose lanes leave at different trips repeats until the last one is done (the lowering keeps the others masked off).
+BRANCHES = {"none": 0, "always": 1, "nonzero": 2, "zero": 3, "any": 4}
 BRANCH_NAMES = {code: name for name, code in BRANCHES.items()}
+
+
+def branch_taken(kind: str, values: list[int], where: str = "") -> bool:
+    """Whether a block's branch is taken, given X on each active lane (in lane order): the one definition the
+    interpreter and the circuit compiler share. A uniform branch that sees different values is an error."""
+    if kind == "always":
+        return True
+    if kind == "none":
+        return False
+    if kind == "any":
+        return any(v != 0 for v in values)
+    if len(set(values)) > 1:
+        raise MachineError(f"{where}divergent branch condition {values} (a uniform branch must see the same value on "
+                           "every lane)")
+    x = values[0] if values else 0
+    return (x != 0) if kind == "nonzero" else (x == 0)
 
 
 def alu(op: str, a: int, b: int) -> int:

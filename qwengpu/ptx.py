@@ -2,8 +2,8 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, .shared/.local/.const state, device functions and calls, global variables,
-float immediates. What an instruction means is left to the lowering: opcodes are kept exactly as written (``.u32`` and
+machine cannot have: vector operands, .shared/.local/.const state, calls, global variables, float immediates. Device
+functions (.func) beside a kernel are skipped: NVRTC emits libdevice helpers even where every use is inlined. What an instruction means is left to the lowering: opcodes are kept exactly as written (``.u32`` and
 ``.b32`` spellings both survive).
 """
 from __future__ import annotations
@@ -341,7 +341,15 @@ def parse(text: str) -> Module:
     address_size = None
     kernels: dict[str, Kernel] = {}
     kp: _KernelParser | None = None
+    skipping = 0            # depth inside a device function's body: skipped (a call to it is refused when lowered)
     for line, stmt, term in _chunks(_strip_comments(text)):
+        if skipping:
+            skipping += (term == "{") - (term == "}")
+            continue
+        if kp is None and term in ("{", ";") and re.search(r"(^|\s)\.func\b", stmt):
+            # libdevice helpers NVRTC emits beside a kernel (e.g. __nv_umin) even when every use is inlined.
+            skipping = 1 if term == "{" else 0
+            continue
         if kp is None:
             if term == "\n":
                 word, _, arg = stmt.partition(" ")
@@ -369,8 +377,6 @@ def parse(text: str) -> Module:
                 raise _err(line, f"unexpected '{term}'", term)
             word = stmt.split(None, 1)[0]
             if word.startswith(".") and word[1:] in _UNSUPPORTED_DECL | {"visible", "entry"}:
-                if re.search(r"(^|\s)\.func\b", stmt):
-                    raise _err(line, "device functions (.func) are not supported", stmt)
                 raise _err(line, "module-scope declarations are not supported", stmt)
             raise _err(line, "unexpected statement at module scope" if term else "missing ';'", stmt)
         # inside a kernel body

@@ -199,7 +199,6 @@ def _body(lines: str) -> str:
     (_body("$L__A:\n$L__A:"), 11, "defined twice"),
     (HEADER + "\n.global .align 4 .b32 counter;\n", 5, "not supported"),
     (HEADER + "\n.extern .shared .align 4 .b8 smem[];\n", 5, "not supported"),
-    (HEADER + "\n.visible .func (.param .b32 r) f(.param .b32 a)\n{\n\tret;\n}\n", 5, ".func"),
     (HEADER + "\n.visible .entry k(\n\t.param .align 4 .b8 k_param_0[8]\n)\n{\n\tret;\n}\n", 5, "only scalar"),
     (HEADER + "\n.visible .entry k()\n{\n\tret;\n", 5, "no closing"),
     (HEADER.replace("64", "32"), 3, ".address_size 32"),
@@ -209,6 +208,14 @@ def test_errors_name_the_line(text, line, words):
         parse(text)
     msg = str(e.value)
     assert msg.startswith(f"line {line}:") and words in msg, msg
+
+
+def test_device_functions_beside_a_kernel_are_skipped():
+    """NVRTC emits libdevice helpers (``__nv_umin``) as .func bodies even where every use is inlined."""
+    text = (HEADER + "\n.func (.param .b32 r) f(.param .b32 a)\n{\n\t.reg .b32 %r<2>;\n\t{\n\tret;\n\t}\n}\n"
+            "\n.visible .entry k()\n{\n\tret;\n}\n")
+    module = parse(text)
+    assert sorted(module.kernels) == ["k"] and [i.opcode for i in module.kernels["k"].body] == ["ret"]
 
 
 def test_missing_version():

@@ -14,7 +14,7 @@
 """
 from __future__ import annotations
 
-from ..isa import LANES, ROM_BLOCKS, ROW_WORDS
+from ..isa import BRANCHES, LANES, ROM_BLOCKS, ROW_WORDS
 from .compiler import FAMILIES, NIBBLES, Circuit
 from .layers import Source
 
@@ -99,13 +99,14 @@ def _first_distances(circuit: Circuit, group, anchor: str, breakers: set, back: 
         circuit.layers[0].unit(f"{group.name} far at {k}", before + [(look, sorted(breakers))], [(group, "far")])
 
 
-def next_block_units(circuit: Circuit, end, branch_nonzero) -> None:
-    """At a record's last position, the next EXEC (branch target or fall-through) or END."""
+def next_block_units(circuit: Circuit, end, branch_nonzero, branch_any) -> None:
+    """At a record's last position, the next EXEC (branch target or fall-through) or END: isa.branch_taken's
+    decision, with the first active lane's X for a uniform branch and any active lane's X for an "any" branch."""
     from .compiler import WRITE_BACK
     r = circuit.residual
     layer = circuit.layers[WRITE_BACK]
     block = [r["block0"], r["block1"]]
-    kinds = {"none": 0, "always": 1, "nonzero": 2, "zero": 3}
+    kinds = BRANCHES
 
     def emit(name, conditions, target):
         family = "END" if target is None or target >= ROM_BLOCKS else "EXEC"
@@ -120,9 +121,11 @@ def next_block_units(circuit: Circuit, end, branch_nonzero) -> None:
         for kind, taken in (("nonzero", False), ("zero", True)):
             emit(f"{kind} not taken from {b}", here + circuit.field("branch", kinds[kind]) +
                  [(branch_nonzero, taken)], b + 1)
+        emit(f"any not taken from {b}", here + circuit.field("branch", kinds["any"]) + [(branch_any, False)], b + 1)
     for target in [*range(ROM_BLOCKS), 63]:
         where = circuit.field("target", target)
         emit(f"always to {target}", circuit.field("branch", kinds["always"]) + where, target)
         for kind, taken in (("nonzero", True), ("zero", False)):
             emit(f"{kind} taken to {target}", circuit.field("branch", kinds[kind]) + [(branch_nonzero, taken)] +
                  where, target)
+        emit(f"any taken to {target}", circuit.field("branch", kinds["any"]) + [(branch_any, True)] + where, target)

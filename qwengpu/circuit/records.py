@@ -5,8 +5,8 @@
   stores (active and the block stores) and whether its X is nonzero (the branch condition).
 - Layer RECORD keeps the record's lanes table (row = lane, reset at every EXEC), written at the position that computes
   the lane's hi half: active, stores, the store address's low byte, X nonzero; four replicas each read one lane's
-  flags, and the MLP finds which lane the s-th write-back belongs to, where the record ends, and the first active lane
-  (whose X decides a uniform branch).
+  flags, and the MLP finds which lane the s-th write-back belongs to, where the record ends, the first active lane
+  (whose X decides a uniform branch) and whether any active lane's X is nonzero (the "any" branch).
 - Layer WRITE_BACK replicates the table, with the lane's X as a second table, and writes the write-back records
   (MEM address, VAL lo, VAL hi) and, at the end, the next EXEC (branch target or fall-through) or END.
 """
@@ -53,9 +53,11 @@ def build(circuit: Circuit) -> None:
     reset = [(r["family"], "EXEC")]
     active_mask = [r.group(f"active_lane{n}", (False, True)) for n in range(LANES)]
     store_mask = [r.group(f"storing_lane{n}", (False, True)) for n in range(LANES)]
+    nonzero_mask = [r.group(f"nonzero_lane{n}", (False, True)) for n in range(LANES)]
     for n in range(LANES):
         L[RECORD].table(f"record lanes (lane {n})", writes=writes, values=flags, when=when, reset_when=reset,
-                    reads=[(n, [], 0)], outputs={0: (active_mask[n], {True: True}), 1: (store_mask[n], {True: True})})
+                    reads=[(n, [], 0)], outputs={0: (active_mask[n], {True: True}), 1: (store_mask[n], {True: True}),
+                                                 4: (nonzero_mask[n], {True: True})})
     write_back_lane = r.group("write_back_lane", (None, *range(LANES)))
     first_active = r.group("first_active_lane", (None, *range(LANES)))
     end = r.group("record_end", (False, True))
@@ -71,6 +73,16 @@ def build(circuit: Circuit) -> None:
             act = [(active_mask[n], bool(mask >> n & 1)) for n in range(LANES)]
             L[RECORD].unit(f"first active lane {lanes[0]}", act + [(distance, list(range(FIRST_WRITE_BACK, last + 1)))],
                        [(first_active, lanes[0])])
+    # The "any" branch: X nonzero on some active lane. One unit per (active lanes, nonzero among them) pattern with
+    # at least one, so the patterns exclude each other and exactly one unit moves the group.
+    branch_any = r.group("branch_any", (False, True))
+    for mask in range(1, 1 << LANES):
+        lanes = [n for n in range(LANES) if mask >> n & 1]
+        act = [(active_mask[n], bool(mask >> n & 1)) for n in range(LANES)]
+        for nonzero_bits in range(1, 1 << len(lanes)):
+            nz = [(nonzero_mask[n], bool(nonzero_bits >> k & 1)) for k, n in enumerate(lanes)]
+            L[RECORD].unit("some active lane's X is nonzero",
+                           act + nz + [(distance, list(range(FIRST_WRITE_BACK, last + 1)))], [(branch_any, True)])
 
     wb_address = [r.group(f"write_back_address{i}", range(16)) for i in range(2)]
     wb_value = [r.group(f"write_back_value{i}", range(16)) for i in range(WORD)]
@@ -99,4 +111,4 @@ def build(circuit: Circuit) -> None:
                 for v in range(1, 16):
                     L[WRITE_BACK].unit("write-back value",
                                        [(distance, position), lanes_any, (wb_value[4 * half + i], v)], [(out[i], v)])
-    next_block_units(circuit, end, branch_nonzero)
+    next_block_units(circuit, end, branch_nonzero, branch_any)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 
 from ..isa import MachineError
-from ..ptx import Instruction, Mem, Reg
+from ..ptx import Imm, Instruction, Mem, Reg
 from .cfg import BasicBlock
 from .mop import MOp
 from .pointers import address_registers
@@ -25,6 +25,29 @@ from .predicates import FALSE, TRUE, Predicate
 from .transfer import evaluate, guard_value, make_reader, sources, step
 from .values import DYNAMIC, MASK32, SPECIAL, Affine, Const, Context, destination, signed, unsupported, width
 from .semantics import bits_of, to_signed, types
+
+# Every function of two 0/1 atoms (a, b) that depends on both, as one ALU op on (a, b) and whether to negate it.
+TWO_ATOMS = {
+    frozenset({(True, True)}): ("and", False),
+    frozenset({(True, False)}): ("gt_u", False),
+    frozenset({(False, True)}): ("lt_u", False),
+    frozenset({(False, False)}): ("or", True),
+    frozenset({(True, True), (True, False), (False, True)}): ("or", False),
+    frozenset({(True, False), (False, True)}): ("ne", False),
+    frozenset({(True, True), (False, False)}): ("ne", True),
+    frozenset({(True, True), (True, False), (False, False)}): ("lt_u", True),
+    frozenset({(True, True), (False, True), (False, False)}): ("gt_u", True),
+    frozenset({(True, False), (False, True), (False, False)}): ("and", True),
+}
+
+
+class _Divergent(Exception):
+    """A loop believed uniform has a lane-dependent condition: emission restarts with it in SIMT form."""
+
+    def __init__(self, header: int):
+        super().__init__(header)
+        self.header = header
+
 
 CMP_OPS = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
            "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
@@ -40,6 +63,10 @@ class Emitter:
         self.temps = itertools.count()
         self.materialized: dict[Predicate, tuple] = {}
         self.addresses = address_registers(kernel.body)
+        self.definitions: dict[str, list[Instruction]] = {}
+        for inst in kernel.body:
+            if isinstance(inst, Instruction) and destination(inst):
+                self.definitions.setdefault(destination(inst), []).append(inst)
         self.dynamic = self._dynamic_registers()
         self.used = self._source_registers()
         self.pred = TRUE
@@ -89,34 +116,50 @@ class Emitter:
 
     # -- predicates ------------------------------------------------------------------------------------------------
     def predicate_field(self, pred: Predicate):
+        """A machine predicate (register, negated) that holds exactly where ``pred`` does; None for always."""
         if pred.always:
             return None
         if pred.never:
             raise MachineError("internal: emitting under a false predicate")
         if len(pred.atoms) == 1:
             return (pred.atoms[0], (True,) not in pred.rows)
-        if pred in self.materialized:
-            return self.materialized[pred]
-        # Sum of minterms over the atoms, each atom 0 or 1: a product is 1 exactly when every literal matches.
-        terms = []
-        for row in sorted(pred.rows):
-            value = None
-            for atom, bit in zip(pred.atoms, row):
-                literal = self.temp()
-                self.mops.append(MOp("eq", (atom, 0), (None, int(bit)), literal, text=f"predicate literal {atom}"))
-                if value is not None:
-                    product = self.temp()
-                    self.mops.append(MOp("and", (value, 0), (literal, 0), product, text="predicate product"))
-                    literal = product
-                value = literal
-            terms.append(value)
-        result = terms[0]
-        for term in terms[1:]:
-            total = self.temp()
-            self.mops.append(MOp("or", (result, 0), (term, 0), total, text="predicate sum"))
-            result = total
-        self.materialized[pred] = (result, False)
+        if pred not in self.materialized:
+            self.materialized[pred] = self._truth(pred)
         return self.materialized[pred]
+
+    def _truth(self, pred: Predicate) -> tuple[str, bool]:
+        """Compute a predicate over 0/1 registers: any function of two atoms is one ALU op (and, or, ne, lt_u,
+        gt_u, possibly negated); more atoms split on the first (Shannon), joined by a predicated copy."""
+        a, b = pred.atoms[0], pred.atoms[1] if len(pred.atoms) > 1 else None
+        if len(pred.atoms) == 2:
+            op, negated = TWO_ATOMS[pred.rows]
+            result = self.temp()
+            self.mops.append(MOp(op, (a, 0), (b, 0), result, text="lane predicate"))
+            return (result, negated)
+        low = self._restrict(pred, a, False)
+        high = self._restrict(pred, a, True)
+        result = self.temp()
+        self.mops.append(MOp("a", self._truth_value(low), dst=result, text="lane predicate"))
+        self.mops.append(MOp("a", self._truth_value(high), dst=result, pred=(a, False), text="lane predicate"))
+        return (result, False)
+
+    def _truth_value(self, pred: Predicate) -> tuple:
+        """A machine operand that is 1 where pred holds and 0 elsewhere."""
+        if pred.always or pred.never:
+            return (None, int(pred.always))
+        source, negated = self.predicate_field(pred)
+        if not negated:
+            return (source, 0)
+        flipped = self.temp()
+        self.mops.append(MOp("eq", (source, 0), (None, 0), flipped, text="lane predicate"))
+        return (flipped, 0)
+
+    @staticmethod
+    def _restrict(pred: Predicate, atom: str, value: bool) -> Predicate:
+        i = pred.atoms.index(atom)
+        atoms = pred.atoms[:i] + pred.atoms[i + 1:]
+        rows = frozenset(r[:i] + r[i + 1:] for r in pred.rows if r[i] == value)
+        return Predicate(atoms, rows).simplify()
 
     def invalidate(self, register: str) -> None:
         self.materialized = {p: v for p, v in self.materialized.items() if register not in p.atoms}
@@ -198,30 +241,95 @@ class Emitter:
         return (mem.base.name, (mem.offset // 4) & MASK32), mem.offset % 4
 
     # -- emission --------------------------------------------------------------------------------------------------
+    def loops(self) -> dict[int, int]:
+        """header block -> latch block (the one block whose branch goes back to it); loops must nest."""
+        loops: dict[int, int] = {}
+        for block in self.blocks:
+            term = block.terminator
+            if term is None or term.base != "bra" or block.index not in self.states:
+                continue
+            header = block.successors[0]
+            if header <= block.index:
+                if header in loops:
+                    raise MachineError(f"kernel {self.kernel.name}: the loop at line {term.line} has a second branch "
+                                       "back to its start (one latch per loop is supported)")
+                loops[header] = block.index
+        spans = sorted(loops.items())
+        for h1, l1 in spans:
+            for h2, l2 in spans:
+                if h1 < h2 <= l1 < l2:
+                    raise MachineError(f"kernel {self.kernel.name}: loops overlap without nesting (blocks {h1}..{l1} "
+                                       f"and {h2}..{l2})")
+        return loops
+
     def run(self) -> list[MOp]:
+        """Emit every executable block. A loop is first tried as a uniform loop (the machine's uniform branch: no
+        extra records); if its condition turns out to differ across lanes, emission restarts with that loop in
+        SIMT form."""
+        self.divergent: set[int] = set()
+        loops = self.loops()
+        while True:
+            self.mops, self.materialized, self.barrier, self.after_loop = [], {}, False, {}
+            self.loop_entries: dict[int, list[str]] = {}
+            try:
+                return self._run(loops)
+            except _Divergent as d:
+                if d.header in self.divergent:
+                    raise MachineError(f"internal: loop at block {d.header} diverges in SIMT form") from None
+                self.divergent.add(d.header)
+
+    def _run(self, loops: dict[int, int]) -> list[MOp]:
         incoming: dict[int, Predicate] = {0: TRUE}
+        self.incoming = incoming
         first_mop: dict[int, int] = {}
         back_edges = []
+        open_loops: list[tuple[int, int, dict]] = []      # (header, latch, exit target -> its mask register)
         for block in self.blocks:
             if block.index not in self.states:
                 continue
             pred = incoming.get(block.index, FALSE)
+            if block.index in loops and block.index in self.divergent:
+                pred = self._enter_loop(block.index, loops[block.index], pred, open_loops)
             if pred.never:
                 continue
             first_mop[block.index] = len(self.mops)
+            if len(pred.atoms) >= 3:
+                # A join of many paths: computed once into a mask, so later predicates stay small.
+                self.inst = block.body[0] if block.body else block.terminator
+                mask = self.temp()
+                self._materialize(pred, mask)
+                pred = Predicate.atom(mask)
+            self.block_index = block.index
             state = dict(self.states[block.index])
             read = make_reader(state, self.context)
+            self.block_pred = pred
             for inst in block.body:
-                self.instruction(inst, pred, state, read)
-            for successor, contribution in self.terminator(block, pred, read):
+                self.instruction(inst, self.block_pred, state, read)
+            pred = self.block_pred
+            for successor, contribution in self.terminator(block, pred, read, open_loops):
                 if successor <= block.index:
                     back_edges.append((block, successor, contribution))
+                    continue
+                exits = [lp for lp in open_loops if successor > lp[1]]
+                if exits and successor in exits[-1][2]:                  # leaving a SIMT loop: the lane is remembered in the loop's exit mask
+                    mask = exits[-1][2][successor]
+                    self.inst = block.terminator or (block.body[-1] if block.body else None)
+                    self.emit(MOp("a", (None, 1), dst=mask), contribution)
+                    self.invalidate(mask)
                 else:
                     incoming[successor] = incoming.get(successor, FALSE) | contribution
+            while open_loops and open_loops[-1][1] == block.index:
+                _, _, exits = open_loops.pop()
+                after = self.after_loop.pop(block.index, None)
+                if after is not None:           # a loop left only at its end: the lanes that entered it
+                    incoming[block.index + 1] = incoming.get(block.index + 1, FALSE) | after
+                for target, mask in exits.items():
+                    if any(target > lp[1] for lp in open_loops):
+                        continue               # an exit of an enclosing loop too: handled where that loop ends
+                    incoming[target] = incoming.get(target, FALSE) | Predicate.atom(mask)
         for block, header, contribution in back_edges:
-            if incoming.get(header, FALSE) != contribution:
-                raise MachineError(f"kernel {self.kernel.name}: the loop at line {block.terminator.line} runs under a "
-                                   "divergent condition; loops must be uniform (same trip count on every lane)")
+            if header not in self.divergent and incoming.get(header, FALSE) != contribution:
+                raise _Divergent(header)
         for mop in self.mops:
             if isinstance(mop.target, int):
                 if mop.target not in first_mop:
@@ -233,9 +341,105 @@ class Emitter:
                 self.mops[position].labels.add(index)
         return self.mops
 
-    def terminator(self, block: BasicBlock, pred: Predicate, read):
+    def _enter_loop(self, header: int, latch: int, pred: Predicate, open_loops) -> Predicate:
+        """Before a SIMT loop: its active mask (the lanes that enter) and a zeroed exit mask per exit target."""
+        self.inst = self.blocks[header].body[0] if self.blocks[header].body else self.blocks[header].terminator
+        targets = set()
+        for index in range(header, latch + 1):
+            if index not in self.states:
+                continue
+            for successor in self.blocks[index].successors:
+                if successor > latch:
+                    targets.add(successor)
+        enclosing = [lp for lp in open_loops]
+        exits = {}
+        # A loop may be entered in its middle (a rotated loop jumps to its condition first): those lanes start
+        # there, once. Each such entry gets a mask, cleared at the latch so it admits no lane again.
+        entries = []
+        entered = pred
+        for index in range(header + 1, latch + 1):
+            middle = self.incoming.get(index, FALSE)
+            if middle.never:
+                continue
+            entered = entered | middle
+            register = f"%enter{index}"
+            self._materialize(middle, register)
+            self.invalidate(register)
+            self.incoming[index] = Predicate.atom(register)
+            entries.append(register)
+        self.loop_entries[header] = entries
+        inside = [self.blocks[i] for i in range(header, latch + 1) if i in self.states]
+        returns = any(b.terminator is not None and b.terminator.base in ("ret", "exit") for b in inside)
+        if targets <= {latch + 1} and not returns and not any(latch + 1 > lp[1] for lp in enclosing):
+            # Left only through its end: after it, the lanes that entered (kept in a register only if the loop
+            # rewrites one that the entry predicate reads).
+            written = {destination(i) for b in inside for i in b.body} - {None}
+            mask = f"%active{header}"
+            if written & set(entered.atoms) or len(entered.atoms) > 2 or entries:
+                register = f"%entered{header}"
+                self._materialize(entered, register)
+                self.invalidate(register)
+                self.after_loop[latch] = Predicate.atom(register)
+            else:
+                self.after_loop[latch] = entered
+            self._materialize(pred, mask)
+            self.invalidate(mask)
+            open_loops.append((header, latch, {}))
+            return Predicate.atom(mask)
+        for target in sorted(targets):
+            # An exit that also leaves an enclosing SIMT loop reuses that loop's mask (the lane left both).
+            outer = [lp for lp in enclosing if target > lp[1]]
+            if outer:
+                exits[target] = outer[-1][2][target]
+                continue
+            exits[target] = f"%exit{header}_{target}"
+            self.emit(MOp("a", (None, 0), dst=exits[target]), TRUE)
+            self.invalidate(exits[target])
+        mask = f"%active{header}"
+        if not pred.never:
+            self._materialize(pred, mask)
+        else:
+            self.emit(MOp("a", (None, 0), dst=mask), TRUE)
+        self.invalidate(mask)
+        open_loops.append((header, latch, exits))
+        return Predicate.atom(mask)
+
+    def _materialize(self, pred: Predicate, dst: str, **kw) -> None:
+        """dst = 1 on the lanes where pred holds, 0 elsewhere (every lane writes)."""
+        if pred.always:
+            self.emit(MOp("a", (None, 1), dst=dst, **kw), TRUE)
+            return
+        if pred.never:
+            self.emit(MOp("a", (None, 0), dst=dst, **kw), TRUE)
+            return
+        if len(pred.atoms) == 2 and pred not in self.materialized:
+            op, negated = TWO_ATOMS[pred.rows]
+            if not negated:          # one op straight into dst
+                self.emit(MOp(op, (pred.atoms[0], 0), (pred.atoms[1], 0), dst, **kw), TRUE)
+                return
+        source, negated = self.predicate_field(pred)
+        self.emit(MOp("eq" if negated else "ne", (source, 0), (None, 0), dst, **kw), TRUE)
+
+    def _varying(self, register: str) -> bool:
+        """Whether a register may differ across lanes, from the ops emitted so far (thread index, predicated
+        writes, loads at lane-dependent addresses, and what they feed)."""
+        varying: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for mop in self.mops:
+                sources_ = [s for s, _ in (mop.a, mop.b)]
+                if mop.dst and mop.dst not in varying and (
+                        mop.pred is not None or "tid" in sources_ or any(s in varying for s in sources_)
+                        or mop.atomic):
+                    varying.add(mop.dst)
+                    changed = True
+        return register in varying
+
+    def terminator(self, block: BasicBlock, pred: Predicate, read, open_loops=()):
         term = block.terminator
         fall = block.index + 1
+        self.inst = term
         if term is None:
             return [(fall, pred)] if fall < len(self.blocks) else []
         guard = guard_value(term, read)
@@ -251,20 +455,35 @@ class Emitter:
             if guarded:
                 edges.append((fall, pred & ~taken_pred))
             return edges
+        if target in self.divergent:                           # the latch of a SIMT loop
+            if guarded and not (pred & ~taken_pred).never and fall in open_loops[-1][2]:
+                # Lanes leaving here are remembered before the mask is rewritten and the loop branches back.
+                exit_mask = open_loops[-1][2][fall]
+                self.emit(MOp("a", (None, 1), dst=exit_mask), pred & ~taken_pred)
+                self.invalidate(exit_mask)
+            for register in self.loop_entries.get(target, ()):
+                self.emit(MOp("a", (None, 0), dst=register), TRUE)
+                self.invalidate(register)
+            mask = f"%active{target}"
+            self._materialize(taken_pred, mask, branch="any", target=target)
+            self.invalidate(mask)
+            return [(target, taken_pred)]
         # A backward branch is a loop: a real, uniform branch.
         if not pred.always:
-            raise MachineError(f"kernel {self.kernel.name}: the loop at line {term.line} runs under a divergent "
-                               "condition; loops must be uniform (same trip count on every lane)")
+            raise _Divergent(target)
         if guarded:
-            self.mops.append(MOp("a", self.value_operand(term.guard, read(term.guard)),
-                                 branch="zero" if term.guard_negated else "nonzero", target=target, line=term.line,
-                                 text=term.text))
+            condition = self.value_operand(term.guard, read(term.guard))
+            if condition[0] is not None and self._varying(condition[0]):
+                raise _Divergent(target)
+            self.mops.append(MOp("a", condition, branch="zero" if term.guard_negated else "nonzero", target=target,
+                                 line=term.line, text=term.text))
             return [(target, pred), (fall, pred)]
         self.mops.append(MOp("a", branch="always", target=target, line=term.line, text=term.text))
         return [(target, pred)]
 
     def emit(self, mop: MOp, pred: Predicate | None = None) -> MOp:
-        mop.line, mop.text = self.inst.line, self.inst.text
+        if self.inst is not None:
+            mop.line, mop.text = self.inst.line, self.inst.text
         mop.pred = self.predicate_field(self.pred if pred is None else pred)
         self.mops.append(mop)
         return mop
@@ -288,6 +507,8 @@ class Emitter:
         if guard != Const(1):
             pred = pred & Predicate.atom(inst.guard.name, inst.guard_negated)
         self.pred = pred
+        if destination(inst) in self.dynamic:
+            self._protect(destination(inst))
         if base in ("st", "red"):
             self._check_global()
             if base == "red":
@@ -307,6 +528,31 @@ class Emitter:
                 self._compute(read, dst, value_here)
         step(inst, state, read, self.context)
         self.invalidate(dst)
+
+    def _protect(self, register: str | None) -> None:
+        """Before ``register`` is rewritten, lane predicates still to be used (this block's, and those waiting at
+        later blocks) that read it get a copy of its current value: they mean the value it had where they arose."""
+        if register is None:
+            return
+        waiting = [(t, p) for t, p in self.incoming.items() if t > self.block_index and register in p.atoms]
+        if register not in self.block_pred.atoms and not waiting:
+            return
+        copy = self.temp()
+        saved = self.inst
+        self.emit(MOp("ne", (register, 0), (None, 0), copy), TRUE)
+        self.inst = saved
+
+        def rename(p: Predicate) -> Predicate:
+            if register not in p.atoms:
+                return p
+            named = [copy if a == register else a for a in p.atoms]
+            order = sorted(range(len(named)), key=lambda i: named[i])
+            rows = frozenset(tuple(row[i] for i in order) for row in p.rows)
+            return Predicate(tuple(named[i] for i in order), rows)
+        self.block_pred = rename(self.block_pred)
+        self.pred = rename(self.pred)
+        for target, p in waiting:
+            self.incoming[target] = rename(p)
 
     def _check_global(self) -> None:
         inst = self.inst
@@ -470,12 +716,43 @@ class Emitter:
                     self.op("a", index, dst=dst)
                 else:
                     self.op("mul", index, (None, (factor // 4) & MASK32), dst=dst)
+            elif index[0] is not None and index[1] == 0 and self._aligned(index[0]):
+                # The index is itself a multiple of 4 (``i << 2`` made by the compiler): exact in words.
+                shift = "shr_s" if (base == "cvt" and types(inst)[1].startswith("s")) or signed(inst) else "shr_u"
+                words_ = self.op(shift, index, (None, 2))
+                if factor == 1:
+                    self.op("a", (words_, 0), dst=dst)
+                else:
+                    self.op("mul", (words_, 0), (None, factor & MASK32), dst=dst)
             else:
                 raise MachineError(f"line {inst.line}: a byte offset of {factor} x a machine value is not a whole "
                                    f"number of words; byte-granular addresses must be known at launch (from the "
                                    f"thread index and arguments): {inst.text}")
         else:
             raise unsupported(inst, "this instruction cannot compute an address")
+
+    def _aligned(self, register: str, seen: frozenset = frozenset()) -> bool:
+        """Whether every definition of a plain register makes a multiple of 4 (so a byte offset held in it is a
+        whole number of words)."""
+        if register in seen:
+            return False
+        defs = self.definitions.get(register)
+        if not defs:
+            return False
+        for inst in defs:
+            ops = inst.operands
+            const = [o.value for o in ops[1:] if isinstance(o, Imm)]
+            regs = [o.name for o in ops[1:] if isinstance(o, Reg)]
+            if inst.base == "shl" and const and const[0] >= 2:
+                continue
+            if inst.base in ("mul", "and") and any(c % 4 == 0 for c in const):
+                continue
+            if inst.base in ("add", "sub", "mov", "selp", "or", "xor", "and") and all(
+                    c % 4 == 0 for c in const) and all(
+                    self._aligned(r, seen | {register}) for r in regs[:2 if inst.base == "selp" else 3]):
+                continue
+            return False
+        return True
 
     def _select(self, read, dst: str, first: tuple, second: tuple, cond) -> None:
         """dst = cond ? first : second, correct when dst is also one of the sources (written last, never read

@@ -1,0 +1,251 @@
+"""Differential fuzzer for the lowering: random integer CUDA kernels, NVRTC -> PTX -> machine blocks -> interpreter,
+against the same body compiled by the host's C compiler as an ordinary sequential C function per thread.
+
+Each program is a body over ``tid`` (threadIdx.x), a read-only input ``x[0..7]``, two scalar arguments and the
+thread's own output word: int / unsigned arithmetic, compares, ?:, casts to narrow types, if / else, constant-trip
+loops, divergent loops (trip counts that differ across lanes) with break / continue, loads at computed indices. Threads do not interact, so the C reference runs them one after another. Signed
+overflow is avoided (arithmetic is unsigned; signed values are only compared, shifted right and divided by positive
+constants), so the C compiler's result is the language's, not an accident of undefined behaviour.
+
+    python -m qccl_bench.kernel_fuzz --programs 10000 --seed 1
+
+prints programs tried, run, refused (by reason) and mismatches; a mismatch prints its source and both results and
+the exit status is 1.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+THREADS = 4
+INPUTS = 8
+OUT, X = 0, 16          # device word addresses of out[] and x[]
+
+
+@dataclass
+class Case:
+    body: str
+    threads: int
+    s0: int
+    s1: int
+    x: list[int]
+    out: list[int]
+
+
+class Generator:
+    """Random kernel bodies over unsigned / int variables v0..v3."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng = rng
+        self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
+
+    def pick(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def const(self) -> str:
+        choice = self.rng.integers(6)
+        if choice == 0:
+            return f"{int(self.rng.integers(0, 1 << 32))}u"
+        return f"{int(self.rng.integers(0, 300))}u"
+
+    def leaf(self) -> str:
+        return self.pick(["v0", "v1", "v2", "v3", "tid", "(unsigned)s0", "(unsigned)s1", self.const(),
+                          "(unsigned)x[tid]", "(unsigned)x[(v0 & 7u)]", "(unsigned)x[(tid + 1u) & 7u]",
+                          "(unsigned)out[tid]"])
+
+    def expr(self, depth: int = 0) -> str:
+        if depth > 2 or self.rng.random() < 0.3:
+            return self.leaf()
+        a, b = self.expr(depth + 1), self.expr(depth + 1)
+        kind = int(self.rng.integers(16))
+        if kind <= 5:
+            op = self.pick(["+", "-", "*", "&", "|", "^"])
+            return f"({a} {op} {b})"
+        if kind == 6:
+            return f"({a} << ({b} & 31u))"
+        if kind == 7:
+            return f"({a} >> ({b} & 31u))"
+        if kind == 8:
+            return f"(unsigned)((int){a} >> ({b} & 31u))"
+        if kind == 9:
+            cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
+            cast = self.pick(["", "(int)"])
+            return f"(unsigned)({cast}{a} {cmp} {cast}{b})"
+        if kind == 10:
+            return f"({self.expr(depth + 1)} ? {a} : {b})"
+        if kind == 11:
+            return f"({a} {self.pick(['/', '%'])} {int(self.rng.integers(1, 20))}u)"
+        if kind == 12:
+            return f"(unsigned)((int){a} {self.pick(['/', '%'])} {int(self.rng.integers(1, 20))})"
+        if kind == 13:
+            cast = self.pick(["unsigned char", "signed char", "unsigned short", "short"])
+            return f"(unsigned)({cast}){a}"
+        if kind == 14:
+            return self.pick([f"(~{a})", f"(-{a})", f"(unsigned)(!{a})"])
+        return self.pick([f"min({a}, {b})", f"max({a}, {b})", f"(unsigned)min((int){a}, (int){b})",
+                          f"(unsigned)max((int){a}, (int){b})", f"(unsigned)abs((int)({a} & 0x7fffffffu))"])
+
+    def statement(self, depth: int = 0) -> str:
+        kind = int(self.rng.integers(13))
+        var = self.pick(["v0", "v1", "v2", "v3"])
+        if depth < 2 and kind >= 10:
+            # A divergent loop: the trip count differs across lanes; break / continue on lane data.
+            self.loops += 1
+            j = f"j{self.loops}"
+            bound = f"({self.expr(1)} & {self.pick(['3u', '7u'])})"
+            inner = self.statement(depth + 1)
+            if kind == 10:
+                return f"for (unsigned {j} = 0u; {j} < {bound}; {j}++) {{ {inner} }}"
+            if kind == 11:
+                return (f"for (unsigned {j} = 0u; {j} < {bound}; {j}++) {{ if (({self.expr(2)} & 3u) == 1u) "
+                        f"{self.pick(['break;', 'continue;'])} {inner} }}")
+            return (f"{{ unsigned {j} = {bound}; while ({j} != 0u) {{ {inner} if (({var} & 5u) == 4u) break; "
+                    f"{j}--; }} }}")
+        if depth < 2 and kind == 0:
+            return (f"if ({self.expr(1)} {self.pick(['<', '>', '==', '!='])} {self.expr(1)}) {{ "
+                    f"{self.statement(depth + 1)} }} else {{ {self.statement(depth + 1)} }}")
+        if depth < 2 and kind == 1:
+            return f"if ({self.expr(1)} & 1u) {{ {self.statement(depth + 1)} }}"
+        if depth < 1 and kind == 2:
+            n = int(self.rng.integers(1, 4))
+            self.loops += 1
+            return f"for (int j{self.loops} = 0; j{self.loops} < {n}; j{self.loops}++) {{ {self.statement(depth + 1)} }}"
+        return f"{var} = {self.expr()};"
+
+    def body(self) -> str:
+        lines = ["unsigned v0 = tid, v1 = (unsigned)s0, v2 = (unsigned)x[tid], v3 = 0u;"]
+        lines += [self.statement() for _ in range(int(self.rng.integers(1, 5)))]
+        lines.append(f"out[tid] = (int)({self.expr(1)});")
+        return " ".join(lines)
+
+
+def cuda_source(body: str) -> str:
+    return ('extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
+            '  const unsigned tid = threadIdx.x;\n  ' + body + "\n}\n")
+
+
+C_PRELUDE = """#include <stdio.h>
+#include <stdlib.h>
+static unsigned min_u(unsigned a, unsigned b) { return a < b ? a : b; }
+static unsigned max_u(unsigned a, unsigned b) { return a > b ? a : b; }
+static int min_i(int a, int b) { return a < b ? a : b; }
+static int max_i(int a, int b) { return a > b ? a : b; }
+#define min(a, b) _Generic((a), int: min_i, default: min_u)(a, b)
+#define max(a, b) _Generic((a), int: max_i, default: max_u)(a, b)
+"""
+
+
+def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
+    """Every case's out[] computed by the host C compiler, threads one after another."""
+    parts = [C_PRELUDE]
+    for i, case in enumerate(cases):
+        parts.append(f"static void p{i}(unsigned tid, int *out, const int *x, int s0, int s1) {{ {case.body} }}\n")
+    parts.append("int main(void) { int out[16]; int x[8]; int s0, s1, t; unsigned n;\n")
+    for i, case in enumerate(cases):
+        xs = ", ".join(str(int(v)) for v in case.x)
+        outs = ", ".join(str(int(v)) for v in case.out)
+        parts.append(f"  {{ int xi[8] = {{{xs}}}; int oi[{len(case.out)}] = {{{outs}}};\n"
+                     f"    for (t = 0; t < 8; t++) x[t] = xi[t];\n"
+                     f"    for (t = 0; t < {len(case.out)}; t++) out[t] = oi[t];\n"
+                     f"    for (n = 0; n < {case.threads}u; n++) p{i}(n, out, x, {case.s0}, {case.s1});\n"
+                     f"    for (t = 0; t < {case.threads}; t++) printf(\"%d \", out[t]); printf(\"\\n\"); }}\n")
+    parts.append("  return 0; }\n")
+    source = os.path.join(workdir, "ref.c")
+    binary = os.path.join(workdir, "ref")
+    with open(source, "w") as f:
+        f.write("".join(parts))
+    # -fwrapv: int conversions of out-of-range unsigned values wrap as on the GPU (no UB is relied upon).
+    subprocess.run(["gcc", "-O1", "-fwrapv", "-w", "-o", binary, source], check=True, timeout=300)
+    run = subprocess.run([binary], check=True, capture_output=True, text=True, timeout=60)
+    return [[int(v) for v in line.split()] for line in run.stdout.splitlines()]
+
+
+def int_arg(v: int) -> str:
+    return f"(int){v & 0xFFFFFFFF}u"
+
+
+def make_case(rng: np.random.Generator) -> Case:
+    gen = Generator(rng)
+    x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
+    x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
+    out = [int(v) for v in rng.integers(-100, 100, THREADS)]
+    s0, s1 = (int(v) for v in rng.integers(-(1 << 31), 1 << 31, 2))
+    return Case(gen.body(), THREADS, s0, s1, x, out)
+
+
+def classify(error: Exception) -> str:
+    text = str(error)
+    for key in ("blocks; the ROM holds", "registers per lane", "floating point", "divergent", "not a whole number",
+                "holds an address", "mul.hi", "depends on the high word", "unsupported PTX"):
+        if key in text:
+            return key
+    return text.split(":")[0][:60]
+
+
+def run_machine(case: Case):
+    """The interpreter's out[] for a case, or the MachineError that refused it."""
+    from qwengpu import Device
+    dev = Device()
+    dev.write(X, np.array(case.x, dtype=np.int64))
+    dev.write(OUT, np.array(case.out, dtype=np.int64))
+    kernel = dev.load_kernel(cuda_source(case.body), "k")
+    dev.launch(kernel, threads=case.threads, args=[OUT, X, case.s0 & 0xFFFFFFFF, case.s1 & 0xFFFFFFFF])
+    return [int(v) for v in dev.read(OUT, case.threads)]
+
+
+def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False) -> dict:
+    """Run ``programs`` random kernels; returns counts (tried, ran, refused by reason) and the mismatches."""
+    from qwengpu.isa import MachineError
+    from qwengpu.toolchain import CompileError
+    rng = np.random.default_rng(seed)
+    report = {"tried": 0, "ran": 0, "refused": collections.Counter(), "mismatches": [], "compile_errors": 0}
+    with tempfile.TemporaryDirectory() as workdir:
+        done = 0
+        while done < programs:
+            cases = [make_case(rng) for _ in range(min(batch, programs - done))]
+            expected = c_reference(cases, workdir)
+            for case, want in zip(cases, expected):
+                report["tried"] += 1
+                try:
+                    got = run_machine(case)
+                except CompileError:
+                    report["compile_errors"] += 1
+                    continue
+                except MachineError as e:
+                    report["refused"][classify(e)] += 1
+                    continue
+                report["ran"] += 1
+                if got != want:
+                    report["mismatches"].append((case, got, want))
+                    if verbose:
+                        print(f"MISMATCH\n{cuda_source(case.body)}x={case.x} s0={case.s0} s1={case.s1} "
+                              f"out0={case.out}\n machine {got}\n C       {want}", flush=True)
+            done += len(cases)
+    return report
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    start = time.time()
+    report = fuzz(args.programs, args.seed, verbose=True)
+    print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
+          f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])} "
+          f"({time.time() - start:.0f} s)")
+    for reason, count in report["refused"].most_common():
+        print(f"  refused {count:5d}: {reason}")
+    return 1 if report["mismatches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""A short share of the differential fuzzer (bench/kernel_fuzz.py): random integer CUDA kernels, NVRTC -> PTX ->
+machine blocks -> interpreter, against the same body compiled by the host's gcc as sequential C per thread.
+
+The full run (10,000 programs) is ``python -m qccl_bench.kernel_fuzz --programs 10000``.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from qwengpu.toolchain import nvrtc_available
+
+pytestmark = [
+    pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (nvidia-cuda-nvrtc wheel) is not installed"),
+    pytest.mark.skipif(shutil.which("gcc") is None, reason="the host C compiler gcc is not installed"),
+]
+
+
+def test_random_kernels_match_the_host_c_compiler():
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(100, seed=9, batch=100)
+    assert report["tried"] == 100
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["ran"] >= 60, report["refused"]      # most programs run; refusals name a limit
+
+
+def test_the_reference_catches_a_wrong_machine_result():
+    """The check can fail: a C reference for a different body disagrees with the machine on some program."""
+    import numpy as np
+    from qccl_bench.kernel_fuzz import Case, c_reference, run_machine
+    import tempfile
+    case = Case("out[tid] = (int)(tid * 3u + (unsigned)s0);", 4, 5, 0, [0] * 8, [0] * 4)
+    wrong = Case("out[tid] = (int)(tid * 3u + (unsigned)s0 + 1u);", 4, 5, 0, [0] * 8, [0] * 4)
+    with tempfile.TemporaryDirectory() as d:
+        right_c, wrong_c = c_reference([case, wrong], d)
+    got = run_machine(case)
+    assert got == right_c == list(np.arange(4) * 3 + 5)
+    assert got != wrong_c
