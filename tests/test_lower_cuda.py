@@ -144,17 +144,38 @@ def test_byte_stores_from_four_lanes_into_one_word():
 
 
 DIVIDE = r'''extern "C" __global__ void k(int *out, const int *x, const int *d) {
-  int i = threadIdx.x; out[i] = x[i] / d[i]; out[4+i] = x[i] % d[i]; }'''
+  int i = threadIdx.x; out[i] = x[i] OP d[i]; }'''
+UDIVIDE = r'''extern "C" __global__ void k(unsigned *out, const unsigned *x, const unsigned *d) {
+  int i = threadIdx.x; out[i] = x[i] OP d[i]; }'''
 
 
-def test_division_by_a_register():
-    x, d = np.array([-5, 17, 3, -200]), np.array([3, -4, 5, 7])
+@pytest.mark.parametrize("op", ["/", "%"])
+def test_division_by_a_register(op):
+    """A software long division (the machine divides only by small immediates), signed like C: truncation."""
+    x, d = np.array([-5, 17, -(1 << 31), 2147483647]), np.array([3, -4, 7, -1])
     dev = Device()
     dev.write(32, x)
     dev.write(48, d)
-    dev.launch(dev.load_kernel(DIVIDE, "k"), threads=4, args=[0, 32, 48])
-    q = np.trunc(x / d).astype(np.int64)
-    np.testing.assert_array_equal(dev.read(0, 8), np.concatenate([q, x - q * d]))
+    kernel = dev.load_kernel(DIVIDE.replace("OP", op), "k")
+    dev.launch(kernel, threads=4, args=[0, 32, 48])
+    q = np.array([abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1) for a, b in zip(x.tolist(), d.tolist())])
+    expect = q if op == "/" else x - q * d
+    np.testing.assert_array_equal(dev.read(0, 4), words(expect))
+    assert all(b.op not in ("div_s", "div_u", "rem_s", "rem_u") for b in kernel.program((0, 32, 48), 4).blocks)
+
+
+@pytest.mark.parametrize("op", ["/", "%"])
+def test_unsigned_division_by_a_register_and_by_zero(op):
+    x = np.array([0xFFFFFFFF, 100, 7, 1 << 31], dtype=np.int64)
+    d = np.array([0x10001, 0, 7, 3], dtype=np.int64)
+    dev = Device()
+    dev.write(32, x)
+    dev.write(48, d)
+    dev.launch(dev.load_kernel(UDIVIDE.replace("OP", op), "k"), threads=4, args=[0, 32, 48])
+    safe = np.where(d == 0, 1, d)
+    # NVIDIA GPUs: x / 0 is all ones, x % 0 is x (C leaves it undefined).
+    expect = np.where(d == 0, 0xFFFFFFFF, x // safe) if op == "/" else np.where(d == 0, x, x % safe)
+    np.testing.assert_array_equal(dev.read(0, 4), words(expect))
 
 
 FLOAT = r'''extern "C" __global__ void k(float *out) { out[threadIdx.x] = out[threadIdx.x] * 1.5f; }'''

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import tokens as T
-from ..isa import DIVISIONS, OPS
+from ..isa import DIVISIONS, IMMEDIATE_DIVISORS, OPS
 from .basis import HOT, CircuitError, Residual
 from .layers import QWEN35_2B, Layer, Width
 
@@ -58,7 +58,7 @@ LAYERS = len(PURPOSES)
 EMIT, RECORD, WRITE_BACK = LAYERS - 3, LAYERS - 2, LAYERS - 1     # the records stage's layers
 MULTIPLY = range(13, 21)                                            # the multiplier's layers
 DIVIDE = (19, 20, 21)                                               # the divider's layers
-DIVISORS = 8            # div / rem divide by an immediate 1..DIVISORS (NCCL's avg divides by the rank count)
+DIVISORS = IMMEDIATE_DIVISORS      # div / rem divide by an immediate 1..DIVISORS (defined in qwengpu.isa)
 # The ALU ops this circuit computes; a launch whose program uses another op is refused before it starts.
 COMPARES = ("eq", "ne", "lt_s", "le_s", "gt_s", "ge_s", "lt_u", "le_u", "gt_u", "ge_u")
 MINMAX = ("min_s", "max_s", "min_u", "max_u")

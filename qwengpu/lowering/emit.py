@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 
-from ..isa import MachineError
+from ..isa import IMMEDIATE_DIVISORS, MachineError
 from ..ptx import Imm, Instruction, Mem, Reg
 from .cfg import BasicBlock
 from .mop import MOp
@@ -879,7 +879,57 @@ class Emitter:
         self._divide(read, dst, "rem")
 
     def _divide(self, read, dst, kind):
-        self._binary(read, dst, f"{kind}_{'s' if signed(self.inst) else 'u'}", extend=True)
+        """Division by an immediate 1..8 is the machine's own op (every backend has it); by anything else a
+        software long division (``_long_division``), as real GPUs do it, built from the machine's add, or, shifts
+        and compares so that it runs on every backend."""
+        inst = self.inst
+        bits = width(inst)
+        is_signed = signed(inst)
+        op = f"{kind}_{'s' if is_signed else 'u'}"
+        divisor = read(sources(inst)[1])
+        if isinstance(divisor, Const) and 1 <= to_signed(divisor.value, max(bits, 32)) <= IMMEDIATE_DIVISORS:
+            self._binary(read, dst, op, extend=True)
+            return
+        self._need_fits(bits)
+        n, d = self._extended(read, 0, bits, is_signed), self._extended(read, 1, bits, is_signed)
+        if is_signed:            # magnitudes (|INT_MIN| is 2^31 read unsigned), then the sign of C's result
+            n_abs = self.op("max_s", n, (self.op("sub", (None, 0), n), 0))
+            d_abs = self.op("max_s", d, (self.op("sub", (None, 0), d), 0))
+            quotient, remainder = self._long_division((n_abs, 0), (d_abs, 0))
+            result = quotient if kind == "div" else remainder
+            sign = self.op("xor", n, d) if kind == "div" else None
+            negative = self.op("lt_s", (sign, 0) if sign else n, (None, 0))
+            flipped = self.op("sub", (None, 0), (result, 0))
+            self._select(read, result, (flipped, 0), (result, 0), Reg(negative))
+        else:
+            quotient, remainder = self._long_division(n, d)
+            result = quotient if kind == "div" else remainder
+        self._narrow(result, dst, bits) if bits < 32 else self.op("a", (result, 0), dst=dst)
+
+    def _long_division(self, n: tuple, d: tuple) -> tuple[str, str]:
+        """Unsigned restoring division, one quotient bit per trip of a uniform 32-trip loop (8 records a trip):
+        the remainder takes the dividend's top bit, the divisor is subtracted where it fits, and the quotient bit
+        enters the dividend's register from below. Division by 0 gives all ones and the dividend, as on NVIDIA
+        GPUs. Every lane runs the loop (the trip count is the same everywhere); lanes the division does not
+        apply to only compute unused values."""
+        dividend, remainder, trips = self.temp(), self.temp(), self.temp()
+        self.emit(MOp("a", n, dst=dividend), TRUE)
+        self.emit(MOp("a", (None, 0), dst=remainder), TRUE)
+        self.emit(MOp("a", (None, 32), dst=trips), TRUE)
+        head = len(self.mops)
+        top = self.temp()
+        self.emit(MOp("shr_u", (dividend, 0), (None, 31), top), TRUE)
+        self.mops[head].labels.add(f"division{head}")
+        self.emit(MOp("add", (remainder, 0), (remainder, 0), remainder), TRUE)
+        self.emit(MOp("or", (remainder, 0), (top, 0), remainder), TRUE)
+        self.emit(MOp("add", (dividend, 0), (dividend, 0), dividend), TRUE)
+        fits = self.temp()
+        self.emit(MOp("ge_u", (remainder, 0), d, fits), TRUE)
+        self.emit(MOp("sub", (remainder, 0), d, remainder), Predicate.atom(fits))
+        self.emit(MOp("or", (dividend, 0), (fits, 0), dividend), TRUE)
+        loop = self.emit(MOp("add", (trips, 0), (None, MASK32), trips, branch="nonzero", target="division"), TRUE)
+        loop.target_index = head
+        return dividend, remainder
 
     def _op_mul(self, read, dst):
         inst = self.inst
