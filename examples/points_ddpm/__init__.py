@@ -1,0 +1,1 @@
+"""A point-cloud DDPM on four QwenGPUs (issue 15): ``python -m examples.points_ddpm``."""
