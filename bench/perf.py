@@ -145,6 +145,7 @@ class Runner:
         if args.procs_child:
             self.n = int(os.environ["WORLD_SIZE"])
             rank = int(os.environ["RANK"])
+            _bench_group(self.n, rank)
             self.comms = [qccl.Communicator.init(self.n, rank, qccl.get_unique_id(), args.transport, config)]
         else:
             self.n = args.ngpus
@@ -247,6 +248,22 @@ class Runner:
         return max(got)
 
 
+def _bench_group(n: int, rank: int) -> None:
+    """One process per rank: a gloo group of the benchmark's own (the QLink fabric has its own), on the job's store,
+    for the bookkeeping (times, wrong counts) and --vs gloo."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    hosted = os.environ.get("QCCL_STORE") == "launcher" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    master = rank == 0 and not hosted
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, master,
+                          timeout=timedelta(seconds=120), wait_for_workers=False, multi_tenant=master)
+    dist.init_process_group("gloo", store=dist.PrefixStore("qccl_perf", store), rank=rank, world_size=n,
+                            timeout=timedelta(seconds=600))
+
+
 def supported(kind: str, comms) -> str:
     """Why a collective cannot run here ('' when it can)."""
     if kind == "alltoall" and not hasattr(comms[0], "alltoall"):
@@ -311,9 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _relaunch(argv: list[str], a) -> int:
     """One process per rank: this command again under qccl.launch, each process a rank."""
-    from qccl.launch import spawn, wait
+    import subprocess
     child = [x for x in argv if x != "--procs"] + ["--procs-child"]
-    return wait(spawn(a.ngpus, ["qccl_bench.perf"] + child, module=True), a.timeout)
+    cmd = [sys.executable, "-m", "qccl.launch", "-n", str(a.ngpus), "--timeout", str(a.timeout), "-m",
+           "qccl_bench.perf"] + child
+    return subprocess.call(cmd)
 
 
 def plan(a, dtypes) -> list[tuple]:
@@ -409,6 +428,10 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(doc, f, indent=1)
     for c in runner.comms:
         c.destroy()
+    if a.procs_child:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
     return 1 if bad else 0
 
 

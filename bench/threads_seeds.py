@@ -36,7 +36,7 @@ def one(kind: str, seed: int) -> tuple[bool, str]:
     s = shape(kind, seed)
     args = dict(op=s["op"], root=s["root"], dtype=s["dtype"], in_place=s["in_place"], algo=s["algo"], seed=seed,
                 peer=s["peer"])
-    comms = qccl.Communicator.init_all(s["n"], transport="threads", config={"seed": seed})
+    comms = qccl.Communicator.init_all(s["n"], transport="threads", config={"transport_options": {"seed": seed}})
     try:
         got = H.run(s["n"], kind, s["count"], comms=comms, **args)
     finally:

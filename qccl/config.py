@@ -24,7 +24,9 @@ class Config:
     burst: records each device writes between exchanges; stall_windows: idle windows before the deadlock detector
     fires; backend: the machine ("interpreter", "circuit", "model"); fabric: "memory" or "gloo" (None: from how the
     communicator was made); thread_timeout: seconds a thread's call waits for the other threads' ranks; algo: the
-    algorithm of calls that name none ("ring", "multicast", or "auto": the tuner's choice)."""
+    algorithm of calls that name none ("ring", "multicast", or "auto": the tuner's choice); transport_options: a
+    dict of keys the transport defines and checks (threads: seed, delay_us, timeout; cupy: devices, timeout,
+    pinned_bytes)."""
     fifo_slots: int = 2
     slot_words: int = 8
     window_words: int = 16
@@ -36,6 +38,7 @@ class Config:
     fabric: str | None = None
     thread_timeout: float = 60.0
     algo: str = "ring"
+    transport_options: dict | None = None       # keys a transport defines (e.g. threads' seed), passed to it as is
 
     def __post_init__(self):
         _int(self, "fifo_slots", 1)
@@ -53,6 +56,9 @@ class Config:
             raise InvalidArgument(f"config fabric={self.fabric!r}: valid values are None, 'memory' and 'gloo'")
         if self.algo not in ("ring", "multicast", "auto"):
             raise InvalidArgument(f"config algo={self.algo!r}: valid values are 'ring', 'multicast' and 'auto'")
+        if self.transport_options is not None and not isinstance(self.transport_options, dict):
+            raise InvalidArgument(f"config transport_options={self.transport_options!r}: expected a dict of the "
+                                  "transport's own keys")
         t = self.thread_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
             raise InvalidArgument(f"config thread_timeout={t!r}: expected a number of seconds > 0")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .buffers import Buffer
+from .errors import InvalidArgument
 from .heap import Route
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -197,3 +198,18 @@ class Transport(ABC):
     @abstractmethod
     def create_world(self, nranks: int, ranks: Sequence[int], uid, config: dict) -> World:
         """A world of ``nranks`` in which this process drives ``ranks`` (all of them for init_all)."""
+
+
+def options(config: dict, defaults: dict, transport: str) -> dict:
+    """A transport's own keys from ``config["transport_options"]`` over ``defaults``; a key it does not define is
+    InvalidArgument naming the ones it does.
+
+    >>> options({"transport_options": {"seed": 3}}, {"seed": 0, "timeout": 60.0}, "threads")
+    {'seed': 3, 'timeout': 60.0}
+    """
+    given = dict(config.get("transport_options") or {})
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise InvalidArgument(f"transport_options {unknown[0]!r} is not a key of the {transport} transport "
+                              f"(its keys: {', '.join(sorted(defaults))})")
+    return {**defaults, **given}

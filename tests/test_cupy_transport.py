@@ -191,6 +191,7 @@ def _run(comms, kind, dtype, op="sum", count=9, root=0, algo=None, seed=0):
 
 
 def test_found_through_its_entry_point_without_importing_cupy():
+    assert dict(qccl.plugin_manager().list_name_plugin())["cupy"].__name__ == "qccl_transports.cupy.plugin"
     t = qccl.get_transport("cupy")
     assert t.dtypes == ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
                         "bfloat16")

@@ -3,8 +3,6 @@ speeds. Its results must equal the lockstep transport's and numpy's (a few seeds
 200 per collective), and a hang is reported naming each rank's flag."""
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-
 import numpy as np
 import pytest
 
@@ -14,12 +12,15 @@ from qccl_bench.harness import run
 KINDS = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")
 
 
-def _threads(n, seed, **config):
-    return qccl.Communicator.init_all(n, transport="threads", config={"seed": seed, **config})
+def _threads(n, seed, fifo_slots=2, **options):
+    """n ranks on the threads transport; ``options`` are its own keys (delay_us, timeout), seed the timing."""
+    return qccl.Communicator.init_all(n, transport="threads", config={
+        "fifo_slots": fifo_slots, "transport_options": {"seed": seed, **options}})
 
 
 def test_found_through_its_entry_point():
-    assert "threads" in [e.name for e in entry_points(group="qccl_transports")]
+    # pluggy registers an entry point's plugin under the entry point's name
+    assert dict(qccl.plugin_manager().list_name_plugin())["threads"].__name__ == "qccl_transports.threads.plugin"
     assert qccl.get_transport("threads").dtypes == ("int32", "uint32")
 
 
@@ -83,6 +84,11 @@ def test_the_watchdog_reports_a_run_that_does_not_end():
             for c in comms:
                 c.allreduce(x[c.rank], y[c.rank])
     assert set(e.value.waits) == {0, 1} and "spins on address" in str(e.value)
+
+
+def test_unknown_transport_option_is_refused():
+    with pytest.raises(qccl.InvalidArgument, match="'speed' is not a key of the threads transport"):
+        _threads(2, 0, speed=3)
 
 
 def test_one_process_only():

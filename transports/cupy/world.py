@@ -26,7 +26,7 @@ import numpy as np
 
 from qccl.errors import DeadlockError, InvalidArgument, InvalidUsage
 from qccl.heap import MEMORY_WORDS
-from qccl.transport import Launch, Read, Stall, World, Write, flag_traffic
+from qccl.transport import Launch, Read, Stall, World, Write, flag_traffic, options
 
 from . import kernels as K
 from .gpu import CupyGpu, device_error
@@ -46,8 +46,9 @@ class CupyWorld(World):
     def __init__(self, nranks: int, ranks, uid, config: dict, gpu=None):
         self.nranks, self.local_ranks = nranks, tuple(ranks)
         self.config = dict(config)
+        self.opts = options(config, {"devices": None, "timeout": 60.0, "pinned_bytes": DEFAULT_PINNED}, "cupy")
         self.gpu = gpu or CupyGpu()
-        self.timeout = float(self.config.get("timeout", 60.0))
+        self.timeout = float(self.opts["timeout"])
         self.events_log: list = []          # the order of set-up steps and launches (tests check it)
         try:
             self._setup(uid)
@@ -63,11 +64,11 @@ class CupyWorld(World):
     def _setup(self, uid) -> None:
         g = self.gpu
         count = g.device_count()
-        devices = self.config.get("devices")
+        devices = self.opts["devices"]
         if devices is None:
             devices = [r % count for r in range(self.nranks)]
         if len(devices) != self.nranks or any(not 0 <= int(d) < count for d in devices):
-            raise InvalidArgument(f"config devices={devices}: one device per rank (ranks {self.nranks}), each in "
+            raise InvalidArgument(f"transport_options devices={devices}: one device per rank (ranks {self.nranks}), each in "
                                   f"0..{count - 1}")
         self.device = {r: int(devices[r]) for r in range(self.nranks)}
         used = sorted({self.device[r] for r in self.local_ranks})
@@ -86,7 +87,7 @@ class CupyWorld(World):
             self._exchange_handles(uid)
         self.streams = {r: g.stream(self.device[r]) for r in self.local_ranks}
         self.watch_stream = {d: g.stream(d) for d in used}
-        size = int(self.config.get("pinned_bytes", DEFAULT_PINNED))
+        size = int(self.opts["pinned_bytes"])
         self.slab = {r: g.pinned(size) for r in self.local_ranks}
         self.slab_at = {r: 0 for r in self.local_ranks}
         self.watch_host = g.pinned(WORDS * 4)
@@ -177,8 +178,8 @@ class CupyWorld(World):
         (safe at any point: see order.py, everything submitted so far finishes)."""
         slab = self.slab[rank]
         if nbytes > len(slab):
-            raise InvalidArgument(f"a copy of {nbytes} bytes exceeds the pinned slab ({len(slab)} bytes; config "
-                                  "pinned_bytes)")
+            raise InvalidArgument(f"a copy of {nbytes} bytes exceeds the pinned slab ({len(slab)} bytes; "
+                                  "transport_options pinned_bytes)")
         if self.slab_at[rank] + nbytes > len(slab):
             self._finish(list(self.local_ranks))
             self.slab_at = {r: 0 for r in self.local_ranks}

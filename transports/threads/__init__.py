@@ -6,5 +6,5 @@ It shows on CI what the CuPy transport relies on: qccl's kernels wait only on fl
 every collective must equal the lockstep transport's whatever the delays (tests/test_threads_transport.py, and
 ``python -m qccl_bench.threads_seeds`` for 200 seeds per collective).
 
-    comms = qccl.Communicator.init_all(4, transport="threads", config={"seed": 7})
+    comms = qccl.Communicator.init_all(4, transport="threads", config={"transport_options": {"seed": 7}})
 """

@@ -1,8 +1,8 @@
 """The threads transport as a qccl plugin (entry point ``threads`` in the ``qccl_transports`` group).
 
-    comms = qccl.Communicator.init_all(4, transport="threads", config={"seed": 3, "delay_us": 200})
+    comms = qccl.Communicator.init_all(4, transport="threads", config={"transport_options": {"seed": 3, "delay_us": 200}})
 
-Config keys: seed (timing: delays and speeds, default 0), delay_us (mean packet delay, default 200), timeout (seconds
+Its own keys, in ``config={"transport_options": {...}}``: seed (timing: delays and speeds, default 0), delay_us (mean packet delay, default 200), timeout (seconds
 before a run that does not end is reported with every rank's flag, default 60). Several threads of one process may
 each init one rank with the same uid; ranks in other processes are refused (use qlink for that).
 """

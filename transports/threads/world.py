@@ -23,7 +23,7 @@ import numpy as np
 
 from qccl.errors import DeadlockError, InvalidUsage, UnhandledDeviceError
 from qccl.plugins import LaunchTracer, comm_id
-from qccl.transport import Launch, Read, Stall, World, Write
+from qccl.transport import Launch, Read, Stall, World, Write, options
 from qwengpu import Device
 
 from qccl_transports.qlink.aperture import Aperture, Router
@@ -55,9 +55,10 @@ class ThreadsWorld(World):
         self.nranks = nranks
         self.local_ranks = tuple(range(nranks))
         self.config = dict(config)
-        seed = int(self.config.get("seed", 0))
-        self.delay = float(self.config.get("delay_us", 200.0)) * 1e-6
-        self.timeout = float(self.config.get("timeout", 60.0))
+        opts = options(config, {"seed": 0, "delay_us": 200.0, "timeout": 60.0}, "threads")
+        seed = int(opts["seed"])
+        self.delay = float(opts["delay_us"]) * 1e-6
+        self.timeout = float(opts["timeout"])
         self.ranks = {r: _Rank(r, seed * 1009 + r) for r in range(nranks)}
         self.links: dict = {(s, d): deque() for s in range(nranks) for d in range(nranks) if s != d}
         self.lock = threading.Lock()
