@@ -288,3 +288,55 @@ def test_reference_learns_xor():
         p = ref.reference_xor_train_step(p, ref.sample_batch(rng, ref.S), ref.S)[0]
     out = ref.predict(p, ref.XOR_POINTS)
     assert np.all(np.abs(out - ref.XOR_POINTS[:, 2]) < ref.ONE // 8), out
+
+
+# ---------------------------------------------------------------------------------------------------------------- idioms
+# qwengpu/kernels/idioms.cu: CUDA as people write it (grid-stride loops, abs / min / max, atomics at computed
+# addresses, division by a run-time value), each against numpy.
+
+@pytest.mark.parametrize("threads,blocks,n", [(4, 1, 6), (4, 2, 13), (8, 2, 5), (3, 3, 20)])
+def test_idioms_saxpy_grid_stride_ragged_tail(threads, blocks, n):
+    rng = np.random.default_rng(n * threads + blocks)
+    dev = Device()
+    x, y = random_words(rng, 24, -1000, 1000), random_words(rng, 24, -1000, 1000)
+    dev.write(0, y)
+    dev.write(32, x)
+    dev.launch(kernel(dev, "idioms.cu", "saxpy"), threads=threads, args=[0, 32, -7, n], blocks=blocks)
+    expect = y.astype(np.int64)
+    expect[:n] = -7 * x[:n].astype(np.int64) + y[:n]
+    np.testing.assert_array_equal(dev.read(0, 24), expect)
+
+
+@pytest.mark.parametrize("limit", [0, 5, 0xFFFFFFFE])
+def test_idioms_abs_min_max_unsigned_compare(limit):
+    rng = np.random.default_rng(limit % 97)
+    x = random_words(rng, 4, -2**30, 2**30)
+    x[:2] = [-3, 2]
+    dev = Device()
+    dev.write(32, x)
+    dev.launch(kernel(dev, "idioms.cu", "absminmax"), threads=4, args=[0, 32, limit, 4])
+    v = x.astype(np.int64)
+    expect = np.concatenate([np.abs(v), np.minimum(v, 3) + np.maximum(v, -2), ((v & 0xFFFFFFFF) > limit)])
+    np.testing.assert_array_equal(dev.read(0, 12), expect)
+
+
+@pytest.mark.parametrize("threads,blocks,n", [(4, 1, 4), (4, 2, 7), (8, 3, 20)])
+def test_idioms_histogram(threads, blocks, n):
+    rng = np.random.default_rng(n)
+    x = random_words(rng, 24)
+    dev = Device()
+    dev.write(0, np.zeros(4, dtype=np.int32))
+    dev.write(32, x)
+    dev.launch(kernel(dev, "idioms.cu", "histogram"), threads=threads, args=[0, 32, n], blocks=blocks)
+    np.testing.assert_array_equal(dev.read(0, 4), np.bincount(x[:min(n, threads * blocks)] & 3, minlength=4))
+
+
+def test_idioms_divide_by_a_run_time_value():
+    x = np.array([100, -100, 7, -(2**31), 2**31 - 1, 0], dtype=np.int64)
+    d = np.array([7, 7, -2, 3, -5, 9], dtype=np.int64)
+    dev = Device()
+    dev.write(32, x)
+    dev.write(48, d)
+    dev.launch(kernel(dev, "idioms.cu", "divide"), threads=6, args=[0, 32, 48, 6])
+    q = np.array([abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1) for a, b in zip(x.tolist(), d.tolist())])
+    np.testing.assert_array_equal(dev.read(0, 6), q)

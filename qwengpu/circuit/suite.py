@@ -143,12 +143,39 @@ def collective_streams(nranks: int = 2, count: int = 4, ops=("sum", "max", "prod
     return streams
 
 
-def kernel_streams(fuzz_seeds: int = 1):
-    """(name, token stream) for every part of the kernel suite the circuit computes, and random programs."""
+def idiom_streams(seed: int = 11, short: bool = False):
+    """qwengpu/kernels/idioms.cu, CUDA as people write it: a grid-stride saxpy with a ragged tail on a two-block
+    grid (SIMT loop: the 'any' branch), abs / min / max / an unsigned compare, an atomic histogram on computed
+    addresses over two blocks, a division by run-time values (software long division). ``short``: the saxpy alone,
+    on one block (the share CI replays on the circuit and the bf16 model)."""
+    rng = np.random.default_rng(seed)
+    runs = [("saxpy", 4, 1 if short else 2, lambda y, x: [y, x, -7, 6 if short else 13], 16)]
+    if not short:
+        runs += [("absminmax", 4, 1, lambda y, x: [y, x, 5, 4], 12), ("histogram", 4, 2, lambda y, x: [y, x, 7], 4),
+                 ("divide", 4, 1, lambda y, x: [y, x, x + 8, 4], 4)]
+    streams = []
+    for name, threads, blocks, args, count in runs:
+        dev = Device()
+        out, data = dev.alloc(16), dev.alloc(16)
+        dev.write(out, rng.integers(-1000, 1000, 16) if name != "histogram" else np.zeros(16, dtype=np.int64))
+        words = rng.integers(-2**20, 2**20, 16)
+        words[8:12] = [7, -3, 5, 9]                  # the divisors, never zero
+        dev.write(data, words)
+        dev.launch(dev.load_kernel(KERNELS / "idioms.cu", name), threads=threads, args=args(out, data),
+                   blocks=blocks)
+        dev.read(out, count)
+        streams.append((f"idioms {name}", dev.tokens))
+    return streams
+
+
+def kernel_streams(fuzz_seeds: int = 1, idioms: bool = True):
+    """(name, token stream) for every part of the kernel suite the circuit computes, and random programs.
+    ``idioms``: with the ordinary-CUDA streams of idiom_streams (long: the division alone is 2,400 tokens)."""
     from .compiler import SUPPORTED_OPS
     from .fuzz import random_stream
     return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), ("sgd", sgd_stream()),
             *mlp_streams(), *collective_streams(), *collective_streams(3, 3, ops=("avg",), seed=8, others=False),
+            *(idiom_streams() if idioms else []),
             *((f"random program {seed}", random_stream(seed, SUPPORTED_OPS)) for seed in range(fuzz_seeds))]
 
 

@@ -132,15 +132,16 @@ def _sink_load(mops: list[MOp], i: int) -> bool:
     its registers. Each success removes an op, so fusion always ends."""
     mop = mops[i]
     if not (mop.load and not mop.atomic and mop.op == "a" and mop.store is None and mop.branch == "none"
-            and mop.dst and mop.pred is None and _uses(mops).get(mop.dst, 0) == 1):
+            and mop.dst and _uses(mops).get(mop.dst, 0) == 1):
         return False
-    address_regs = {s for s, _ in (mop.a, mop.b) if s not in (None, "tid")}
+    # A predicated load goes only into an op under the same predicate, before the predicate changes.
+    address_regs = {s for s, _ in (mop.a, mop.b) if s not in (None, "tid")} | ({mop.pred[0]} if mop.pred else set())
     for j in range(i + 1, len(mops)):
         later = mops[j]
         if later.labels:
             return False
         if mop.dst in later.reads():
-            if later.load or later.atomic or later.pred is not None or later.dst == mop.dst or (
+            if later.load or later.atomic or later.pred != mop.pred or later.dst == mop.dst or (
                     later.store is not None and later.store[0] == mop.dst):
                 return False
             if later.a == (mop.dst, 0) and later.b[0] != mop.dst:
@@ -161,24 +162,32 @@ def _sink_load(mops: list[MOp], i: int) -> bool:
 
 
 def _propagate_copy(mops: list[MOp], i: int) -> bool:
-    """After ``d = s + k``, later reads of d in the same straight line read s + k directly. True if any changed."""
+    """After ``d = s + k``, later reads of d in the same straight line read s + k directly. True if any changed.
+
+    A predicated copy ``@p d = s + k`` reaches only later ops under the same predicate (on the other lanes d kept
+    its old value), until p is rewritten."""
     mop = mops[i]
     if (mop.op != "a" or not mop.dst or mop.load or mop.store is not None or mop.branch != "none"
-            or mop.pred is not None or mop.b != (None, 0)):
+            or mop.b != (None, 0)):
         return False
     source, offset = mop.a
-    if source == mop.dst:
+    if source == mop.dst or (mop.pred is not None and source == mop.pred[0]):
         return False
     changed = False
     for later in mops[i + 1:]:
         if later.labels:
             break
+        if mop.pred is not None and later.pred != mop.pred:
+            if later.dst in (mop.dst, source, mop.pred[0]) or later.branch != "none":
+                break
+            continue
         for name in ("a", "b", "store"):
             operand = getattr(later, name)
             if operand is not None and operand[0] == mop.dst:
                 setattr(later, name, (source, (operand[1] + offset) & MASK32))
                 changed = True
-        if later.dst in (mop.dst, source) or later.branch != "none":
+        if later.dst in (mop.dst, source) or later.branch != "none" or (
+                mop.pred is not None and later.dst == mop.pred[0]):
             break
     return changed
 
