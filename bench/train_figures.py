@@ -59,6 +59,24 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def replay_accuracy(variant: str, steps: int) -> float:
+    """mnist_tp's test accuracy after ``steps`` steps as the numpy replay predicts it (the machines equal the replay
+    bit for bit at every step they run, so this is what a run of that length on them gives)."""
+    import numpy as np
+
+    from examples import data
+    from examples.mnist_tp import features as FE
+    from examples.mnist_tp import replay as R
+    d = data.load()
+    train_x, test_x = FE.encode_q8(variant, d.train_images, d.train_images, d.test_images)
+    order = np.random.default_rng(0).permutation(len(train_x))       # MnistRun's order for seed 0
+    W = np.zeros((R.RANKS, R.PER_RANK, R.CLASSES), np.int64)
+    for step in range(steps):
+        j = order[step % len(order)]
+        W = R.step(W, train_x[j], int(d.train_labels[j]), variant)[0]
+    return float((R.predict(W, test_x).argmax(axis=1) == d.test_labels).mean())
+
+
 def circuit_first_step() -> dict:
     """Broadcast + step 0 of xor_ddp on the circuit and on the interpreter; the streams must be equal."""
     from examples.xor_ddp.run import XorRun
@@ -79,12 +97,17 @@ def main(argv=None) -> dict:
     ap.add_argument("--xor-steps", type=int, default=200)
     ap.add_argument("--mnist-steps", type=int, default=5000)
     ap.add_argument("--only", default=",".join(RUNS), help=f"comma-separated runs of {', '.join(RUNS)}")
+    ap.add_argument("--replay", action="store_true", help="only mnist_tp's replay-predicted accuracies at --mnist-steps")
     ap.add_argument("--circuit", action="store_true", help="only the first xor_ddp step on the circuit")
     ap.add_argument("--json", help="write every run's report here")
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
-    if args.circuit:
+    if args.replay:
+        result = {v: replay_accuracy(v, args.mnist_steps) for v in ("pool", "pca")}
+        print(f"mnist_tp after {args.mnist_steps} steps, as the replay predicts: " +
+              ", ".join(f"{v} {a:.2%}" for v, a in result.items()))
+    elif args.circuit:
         result = circuit_first_step()
         print(f"xor_ddp broadcast + step 0 on 4 circuit-backed QwenGPUs: streams equal to the interpreter's: "
               f"{result['equal']} ({result['tokens_per_rank']} tokens per rank; {result['seconds']})")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 CLASSES, PER_RANK, RANKS = 10, 8, 4
-LR_SHIFT = {"pool": 4, "pca": 7}        # update shift beyond the Q8 product's 8 bits (see README: chosen on replays)
+LR_SHIFT = {"pool": 6, "pca": 7}        # update shift beyond the Q8 product's 8 bits, chosen on replays (README)
 
 
 def wrap(x):
