@@ -92,9 +92,16 @@ def main(argv=None) -> dict:
     scores = {}
     for c in range(args.candidates):
         seed = args.seed + c
-        scores[seed] = replay_run(setup, seed, args.steps, sch)[3]
+        try:
+            scores[seed] = replay_run(setup, seed, args.steps, sch)[3]
+        except OverflowError as e:          # the replay left int32: this seed's training diverges, skip it
+            scores[seed] = -1.0
+            say(f"candidate seed {seed}: diverges ({e})")
+            continue
         say(f"candidate seed {seed}: the replay's samples are recognised {scores[seed]:.3f}")
     best = max(scores, key=lambda s: (scores[s], -s))
+    if scores[best] < 0:
+        raise SystemExit(f"every candidate seed diverges: {sorted(scores)}")
     (w1, w2), draws, _, _ = replay_run(setup, best, args.steps, sch, 1)
     say(f"training seed {best}")
 
@@ -187,7 +194,7 @@ def export_web(folder: Path, setup: Setup, sch, checkpoints: list, xT: np.ndarra
         "F": sch.F.tolist(), "C1": sch.C1.tolist(), "C2": sch.C2.tolist(),
         "decoder": {"shapes": {k: list(w[k].shape) for k in ("W1", "b1", "W2", "b2")}, "file": "decoder.bin"},
         "checkpoints": checkpoints,
-        "replay": {"xT": xT.tolist(), "x0": got[0].tolist(),
+        "replay": {"xT": xT.tolist(), "x0": got.tolist(),
                    "note": "x_T the QwenGPUs started from, x_0 the integers they wrote (final checkpoint)"},
         "figures": {k: report[k] for k in ("recognised_qwengpu", "recognised_float64", "steps", "samples")},
     }
