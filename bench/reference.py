@@ -72,3 +72,21 @@ def random_inputs(n: int, count: int, dtype, seed: int, small: bool = False):
             w[m] = rng.integers(-9, 10, int(m.sum())).astype(np.int32).view(np.uint32)
         out.append(w.view(np.int32).astype(dtype) if dtype == np.int32 else w.astype(np.uint32))
     return out
+
+
+def alltoall(sends):
+    """Rank r's output: block r of every rank's input, in rank order."""
+    n = len(sends)
+    k = len(sends[0]) // n if n else 0
+    return [np.concatenate([s[r * k:(r + 1) * k] for s in sends]) for r in range(n)]
+
+
+def gather(sends):
+    """The root's output: every rank's input, in rank order."""
+    return np.concatenate(sends)
+
+
+def scatter(send, n: int):
+    """Rank r's output: block r of the root's input."""
+    k = len(send) // n
+    return [send[r * k:(r + 1) * k].copy() for r in range(n)]

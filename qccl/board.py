@@ -62,7 +62,7 @@ class Board:
         self.ledger = Ledger()
         self.queue: dict[int, list[list[Call]]] = {r: [] for r in range(nranks)}
         self.count = [0] * nranks                   # calls each rank posted (for messages)
-        self.last: dict[int, Call] = {}             # each rank's last posted call
+        self.last: dict = {}                        # each rank's last posted call (its Sig)
         self.gone: dict[int, str] = {}              # ranks destroyed or aborted
         self.regroups: dict = {}                    # split / shrink calls in progress (qccl.communicator)
 
@@ -114,7 +114,7 @@ class Board:
                 for c in parts[r]:
                     self._post(self.ledger, c, commit=True)
                     self.count[r] += 1
-                    self.last[r] = c
+                    self.last[r] = c.sig      # a signature: the board never holds a communicator
                 self.queue[r] += _segments(parts[r])
             return self._release(), None
 

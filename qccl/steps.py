@@ -33,9 +33,6 @@ RECV_COPY_SEND = Prim("recvCopySend", recv=True, copy=True, send=True)
 RECV_REDUCE_COPY = Prim("recvReduceCopy", recv=True, local=True, reduce=True, copy=True)
 LOCAL_COPY = Prim("localCopy", local=True, copy=True)
 
-PRIMS = {p.name: p for p in (SEND, RECV, COPY_SEND, RECV_REDUCE_SEND, RECV_REDUCE_COPY_SEND, RECV_COPY_SEND,
-                             RECV_REDUCE_COPY, LOCAL_COPY)}
-
 
 @dataclass(frozen=True)
 class Step:
@@ -123,5 +120,3 @@ def send_recv_pipeline(send_chunks: int, recv_chunks: int, pipelined: bool = Tru
             steps.append(P2PStep(r, s))
     return steps
 
-
-ORDERS = {"allreduce": all_reduce, "reduce_scatter": reduce_scatter, "allgather": all_gather}

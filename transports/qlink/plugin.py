@@ -10,7 +10,8 @@ Worlds:
   in-memory world; each call drives the world until its own rank's work is done.
 
 Config keys (``config=`` of init / init_all): burst (records per exchange, default 1), backend (qwengpu backend,
-default "interpreter"), stall_windows (deadlock detector, default 2), fabric ("memory" or "gloo").
+default "interpreter"), backend_options (keyword arguments of that backend, e.g. {"checkpoint": DIR}), stall_windows
+(deadlock detector, default 2), fabric ("memory" or "gloo").
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class QLinkWorld(World):
         self.routers = {r: Router() for r in self.local_ranks}
         devices = {}
         for r in self.local_ranks:
-            devices[r] = Device(backend=backend)
+            devices[r] = Device(backend=backend, **self.config.get("backend_options", {}))
             devices[r].router = self.routers[r]
         self.devices = devices
         self.lock = threading.RLock()
@@ -124,7 +125,13 @@ class QLinkWorld(World):
             self.engine.drop(rank)
 
     def destroy(self, rank) -> None:
-        pass
+        joined = getattr(self, "joined", None)
+        if joined is not None:          # a world shared by threads: the registry forgets it once every rank left
+            joined.discard(rank)
+            if not joined:
+                with _worlds_lock:
+                    for key in [k for k, w in _worlds.items() if w is self]:
+                        del _worlds[key]
 
 
 def _status(engine, r):
