@@ -11,7 +11,7 @@ Communicator.init / init_all take a Config or a dict of its keys; the transport 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from .errors import InvalidArgument
 
@@ -24,7 +24,8 @@ class Config:
     burst: records each device writes between exchanges; stall_windows: idle windows before the deadlock detector
     fires; backend: the machine ("interpreter", "circuit", "model"); fabric: "memory" or "gloo" (None: from how the
     communicator was made); thread_timeout: seconds a thread's call waits for the other threads' ranks; algo: the
-    algorithm of calls that name none ("ring", "multicast", or "auto": the tuner's choice); transport_options: a
+    algorithm of calls that name none ("ring", "multicast", or "auto": the tuner's choice); backend_options: keyword
+    arguments of the machine's backend (e.g. {"checkpoint": DIR}); transport_options: a
     dict of keys the transport defines and checks (threads: seed, delay_us, timeout; cupy: devices, timeout,
     pinned_bytes)."""
     fifo_slots: int = 2
@@ -39,6 +40,7 @@ class Config:
     thread_timeout: float = 60.0
     algo: str = "ring"
     transport_options: dict | None = None       # keys a transport defines (e.g. threads' seed), passed to it as is
+    backend_options: dict = field(default_factory=dict)     # keyword arguments of the QLink backend's Device
 
     def __post_init__(self):
         _int(self, "fifo_slots", 1)
@@ -59,6 +61,9 @@ class Config:
         if self.transport_options is not None and not isinstance(self.transport_options, dict):
             raise InvalidArgument(f"config transport_options={self.transport_options!r}: expected a dict of the "
                                   "transport's own keys")
+        if not isinstance(self.backend_options, dict):
+            raise InvalidArgument(f"config backend_options={self.backend_options!r}: expected a dict of the backend's "
+                                  "keyword arguments (e.g. {'checkpoint': DIR})")
         t = self.thread_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
             raise InvalidArgument(f"config thread_timeout={t!r}: expected a number of seconds > 0")
