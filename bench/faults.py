@@ -8,7 +8,8 @@ result against numpy. One rank, the victim, injects one fault at a random call:
   exit      os._exit(7) (no cleanup at all)
   kill      SIGKILL to itself
   abort     comm.abort(), then its next call (which raises InvalidUsage)
-  mismatch  op max where the others pass sum        -> InvalidUsage on every rank, then the next calls work
+  mismatch  op max where the others pass sum (another root for a broadcast, an allreduce for an allgather)
+                                                     -> InvalidUsage on every rank, then the next calls work
   count     half the count                           -> the same
   skip      skips the call (its later calls shift)   -> InvalidUsage on every rank, and RemoteError at the end
   late      sleeps 30 s before the call              -> the others' DeadlockError after QCCL_TIMEOUT s (naming it)
@@ -86,8 +87,13 @@ def worker(a) -> int:
                 os.kill(os.getpid(), signal.SIGKILL)
             if a.fault == "abort":
                 comm.abort()
-            if a.fault == "mismatch":
-                op = "max"
+            if a.fault == "mismatch":       # a reduction's op, a broadcast's root, or another kind of call
+                if kind in ("allreduce", "reduce_scatter"):
+                    op = "max"
+                elif kind == "broadcast":
+                    root = (root + 1) % n
+                else:
+                    kind = "allreduce"
             if a.fault == "count":
                 count //= 2
             if a.fault == "skip":
@@ -148,7 +154,7 @@ def inject(fault: str, n: int, victim: int, at: int, calls: int, seed: int) -> d
                "--worker", "--fault", fault if fault != "launcher" else "none", "--victim", str(victim),
                "--at", str(at), "--calls", str(calls), "--seed", str(seed), "--report", d]
         t0 = time.time()
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         hung = False
         if fault == "launcher":
             # kill the launcher once every rank has reported in (inited), at a random moment of the sequence

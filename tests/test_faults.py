@@ -1,0 +1,103 @@
+"""Faults across processes end in qccl errors on every rank within the bound, never in hangs or leftover processes.
+
+A few injections of qccl_bench.faults (the whole set, 100 injections: ``python -m qccl_bench.faults --injections
+100``), abort() from another thread unblocking a blocked call, and init errors that name what is missing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("fault,n", [("raise", 2), ("kill", 2), ("mismatch", 2), ("launcher", 2)])
+def test_injected_fault_ends_every_rank_with_an_error(fault, n):
+    from qccl_bench.faults import bound, inject, judge
+    res = inject(fault, n, victim=n - 1, at=1, calls=4, seed=3)
+    verdict = judge(res)
+    assert not res["hung"] and res["left"] == 0, res["log"]
+    assert res["status"] != 0, "the launcher reports the failure"
+    assert verdict["ok"], (verdict, res["ranks"], res["log"])
+    for rep in res["ranks"]:
+        if fault in ("raise", "kill") and rep["rank"] != n - 1:
+            assert rep["error"].startswith("RemoteError") and f"rank {n - 1}" in rep["error"], rep
+            assert rep["delay"] <= bound(fault, rep["rank"], n - 1)
+        if fault == "mismatch":
+            assert rep["error"].startswith("InvalidUsage") and "mismatched" in rep["error"], rep
+            assert rep["recovered"], "the calls after the mismatch are right"
+    if fault == "kill":
+        assert "SIGKILL" in res["ranks"][0]["error"]
+        assert f"rank {n - 1} failed: was killed by SIGKILL" in res["log"]
+
+
+def _launch(tmp_path, n, body: str, env=None, timeout=120):
+    script = tmp_path / "script.py"
+    script.write_text("import os, sys, time, threading\nimport numpy as np\nimport qccl\n"
+                      "rank, n = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])\n" + body)
+    e = dict(os.environ, **(env or {}))
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", str(n), "--grace", "20", str(script)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=timeout, env=e)
+    return r, time.monotonic() - t0
+
+
+def test_abort_from_another_thread_unblocks_the_call(tmp_path):
+    r, _ = _launch(tmp_path, 2, """
+c = qccl.Communicator.init(n, rank, qccl.get_unique_id())
+x = np.arange(4, dtype=np.int32); y = np.zeros(4, np.int32)
+c.allreduce(x, y)
+if rank == 1:
+    time.sleep(6)        # rank 0's next call waits for it
+    try:
+        c.allreduce(x, y)
+    except qccl.QcclError as e:
+        print('rank 1 error', type(e).__name__, e, flush=True)
+        sys.exit(2)
+    sys.exit(0)
+threading.Timer(1.0, c.abort).start()
+t = time.monotonic()
+try:
+    c.allreduce(x, y)
+except qccl.QcclError as e:
+    print(f'rank 0 unblocked after {time.monotonic() - t:.2f} s:', type(e).__name__, e, flush=True)
+    sys.exit(3)
+""")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0, out
+    line = next(x for x in out.splitlines() if x.startswith("rank 0 unblocked"))
+    assert float(line.split()[4]) < 3.0 and "InvalidUsage" in line and "aborted" in line, out
+    assert "rank 1 error RemoteError" in out and "rank 0" in out and "aborted" in out, out
+
+
+def test_mismatched_unique_ids_are_refused_at_init(tmp_path):
+    r, took = _launch(tmp_path, 2, """
+uid = qccl.get_unique_id()
+try:
+    qccl.Communicator.init(n, rank, qccl.UniqueId(f'id-of-rank-{rank}', uid.address))
+except qccl.QcclError as e:
+    print(f'rank {rank}:', type(e).__name__, e, flush=True)
+    sys.exit(4)
+""")
+    out = r.stdout + r.stderr
+    assert r.returncode == 4, out
+    assert "InvalidArgument" in out and "id-of-rank-0" in out and "id-of-rank-1" in out, out
+
+
+def test_a_world_that_never_assembles_names_the_missing_ranks(tmp_path):
+    from qccl.launch import free_port
+    script = tmp_path / "alone.py"
+    script.write_text("import qccl\nqccl.Communicator.init(4, 0, qccl.UniqueId('t', '127.0.0.1:%d'))\n" % free_port())
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, QCCL_INIT_TIMEOUT="3"))
+    took = time.monotonic() - t0
+    assert r.returncode != 0
+    assert "SystemError" in r.stderr and "waited 3 s for ranks 1, 2 and 3" in r.stderr, r.stderr
+    assert "qccl.launch or torchrun" in r.stderr
+    assert took < 60
