@@ -62,6 +62,33 @@ def sample_machines(sd: SplitDenoiser, xT: np.ndarray, sch, w1, w2) -> np.ndarra
     return np.concatenate(out)
 
 
+def prepare(seed: int, steps: int, samples: int):
+    """Everything a run draws from its seed: the glyph, its dense sample (the distance is taken to it), the initial
+    Q8 parameters, the training draws and the float starting noise of the samples."""
+    g = glyph.Glyph()
+    rng = np.random.default_rng(seed)
+    pool = g.sample(rng, 20000)
+    dense = g.sample(np.random.default_rng(10_000 + seed), 4000)
+    w1, w2 = split.init_params(rng, D, H)
+    draws = loader.Draws.make(rng, pool, steps, T)
+    return g, dense, w1, w2, draws, rng.standard_normal((samples, D))
+
+
+def replay_only(seed: int, steps: int, samples: int) -> dict:
+    """The replay and the float64 bound alone (no machines): the distance the QwenGPU run of the same seed, steps
+    and samples gives, since the machines equal the replay bit for bit at every step."""
+    sch = fixed.schedule(T)
+    g, dense, w1, w2, draws, xT_f = prepare(seed, steps, samples)
+    fd = FloatDenoiser.from_q8(w1, w2)
+    for i in range(steps):
+        t = int(draws.t[i])
+        w1, w2, _, _ = split.train_step(w1, w2, draws.x0_q[i], t, draws.eps_q[i], sch, L)
+        fd.train_step(draws.x0[i], t, draws.eps[i], sch, L)
+    xs = split.sample(w1, w2, sch, fixed.q8(xT_f)) / fixed.ONE
+    return {"steps": steps, "samples": samples, "distance_replay": round(glyph.two_sided(xs, dense), 4),
+            "distance_float64": round(glyph.two_sided(fd.sample(sch, xT_f), dense), 4)}
+
+
 def main(argv=None) -> dict:
     ap = common.parser("point-cloud DDPM on 4 QwenGPUs", steps=2000)
     ap.add_argument("--samples", type=int, default=64, help="points sampled on the machines (8 at a time)")
@@ -70,14 +97,8 @@ def main(argv=None) -> dict:
     if args.samples < 1:
         raise SystemExit(f"--samples {args.samples}: at least 1")
     sch = fixed.schedule(T)
-    g = glyph.Glyph()
-    rng = np.random.default_rng(args.seed)
-    pool = g.sample(rng, 20000)
-    dense = g.sample(np.random.default_rng(10_000 + args.seed), 4000)        # the glyph the distance is taken to
-    w1, w2 = split.init_params(rng, D, H)
+    g, dense, w1, w2, draws, xT_f = prepare(args.seed, args.steps, args.samples)
     fd = FloatDenoiser.from_q8(w1, w2)
-    draws = loader.Draws.make(rng, pool, args.steps, T)
-    xT_f = rng.standard_normal((args.samples, D))
     xT = fixed.q8(xT_f)
 
     sd = SplitDenoiser(D=D, H=H, samples=BATCH, backend=args.backend)
