@@ -1,6 +1,7 @@
 """Command line for people who write kernels.
 
     python -m qwengpu asm qwengpu/kernels/vadd.cu --args 0,16,32,16 --threads 16
+    python -m qwengpu asm qwengpu/kernels/idioms.cu --kernel saxpy --args 0,32,3,13 --threads 4 --blocks 2
     python -m qwengpu trace qwengpu/kernels/vadd.cu --kernel vadd --args 0,16,32,4 --threads 4
 
 ``asm`` prints each kernel's machine blocks (registers and ROM use) for a launch configuration; without --args every
@@ -13,7 +14,7 @@ import sys
 
 from . import tokens as T
 from .device import Device
-from .isa import REGISTERS, ROM_BLOCKS, MachineError
+from .isa import LANES, REGISTERS, ROM_BLOCKS, MachineError
 from .ptx import parse
 from .toolchain import ptx_for
 
@@ -31,9 +32,12 @@ def asm(args) -> int:
     for name in names:
         kernel = device.load_kernel(args.file, name)
         values = _arguments(args.args, len(kernel.ptx.params))
-        program = kernel.program(tuple(values), args.threads)
-        print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args={values} threads={args.threads}: "
-              f"{len(program.blocks)}/{ROM_BLOCKS} blocks, {program.registers}/{REGISTERS} registers")
+        program = kernel.program(tuple(values), args.threads, 0, args.blocks)
+        stores = sum(block.stores for block in program.blocks)
+        print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args={values} threads={args.threads} "
+              f"blocks={args.blocks}: {len(program.blocks)}/{ROM_BLOCKS} ROM blocks, {program.registers}/{REGISTERS} "
+              f"registers; a record costs {1 + 2 * LANES} model tokens + 3 per lane that stores "
+              f"({stores} of the blocks store); `trace` counts a launch's records")
         for line in program.listing:
             print("  " + line)
     return 0
@@ -43,14 +47,15 @@ def trace(args) -> int:
     device = Device()
     kernel = device.load_kernel(args.file, args.kernel)
     values = _arguments(args.args, len(kernel.ptx.params))
-    start = len(device.tokens)
-    device.start(kernel, args.threads, values)
-    print(" ".join(str(t) for t in device.tokens[start:]))
-    while device.busy:
-        record = device.step()
-        body = " ".join(T.name(t.id) for t in record.tokens)
-        print(f"b{record.block:<2} values={record.values} stores={record.stores}  | {body}")
-    print(f"stats: {device.stats}")
+    for block in range(args.blocks):
+        start = len(device.tokens)
+        device.start(kernel, args.threads, values, block=block, blocks=args.blocks)
+        print(" ".join(str(t) for t in device.tokens[start:]))
+        while device.busy:
+            record = device.step()
+            body = " ".join(T.name(t.id) for t in record.tokens)
+            print(f"b{record.block:<2} values={record.values} stores={record.stores}  | {body}")
+    print(f"stats: {device.stats} (records the model wrote, tokens it wrote: the cost)")
     return 0
 
 
@@ -63,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("file", help="a .cu or .ptx file")
         p.add_argument("--kernel", required=name == "trace", help="kernel name (asm: all kernels when omitted)")
         p.add_argument("--args", help="comma-separated launch arguments (ints; pointers are word addresses)")
-        p.add_argument("--threads", type=int, default=4)
+        p.add_argument("--threads", type=int, default=4, help="threads per block")
+        p.add_argument("--blocks", type=int, default=1, help="blocks in the grid (run one after another)")
         p.set_defaults(run=fn)
     args = parser.parse_args(argv)
     try:

@@ -252,8 +252,18 @@ class Device:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
         for block in range(blocks):
             kernel.program(args, threads, block, blocks)
-        for block in range(blocks):
-            self._run_block(kernel, threads, args, max_records, block, blocks)
+        # A failure in a later block puts back what the earlier blocks did too: the grid is one launch.
+        before = (self.backend.snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
+                  list(self.launch_records))
+        try:
+            for block in range(blocks):
+                self._run_block(kernel, threads, args, max_records, block, blocks)
+        except Exception:
+            state, length, stats, rom, launch_records = before
+            self.backend.restore(state)
+            del self.tokens[length:]
+            self.stats, self._rom, self.launch_records, self._outbox = stats, rom, launch_records, []
+            raise
 
     def _run_block(self, kernel: Kernel, threads: int, args, max_records: int, block: int, blocks: int) -> None:
         self.start(kernel, threads, args, block=block, blocks=blocks)

@@ -186,3 +186,29 @@ def test_floating_point_is_refused_by_name_and_line():
     with pytest.raises(MachineError, match=r"line \d+.*the machine has no floating point.*mul"):
         dev.launch(dev.load_kernel(FLOAT, "k"), threads=4, args=[0])
     assert dev.tokens == []
+
+
+def test_a_failing_block_puts_back_the_whole_grid():
+    """Block 1 stores past memory: the launch raises and block 0's stores are undone too."""
+    source = r'''extern "C" __global__ void k(int *out, int stride) {
+      out[blockIdx.x * stride + threadIdx.x] = 7; }'''
+    dev = Device()
+    dev.write(0, np.arange(8))
+    tokens = list(dev.tokens)
+    with pytest.raises(MachineError, match="outside"):
+        dev.launch(dev.load_kernel(source, "k"), threads=4, args=[0, 200], blocks=2)
+    np.testing.assert_array_equal(dev.read(0, 8), np.arange(8))
+    assert dev.tokens[:len(tokens)] == tokens and not dev.busy
+
+
+@pytest.mark.parametrize("fn,combine", [("atomicMin", np.minimum), ("atomicMax", np.maximum),
+                                        ("atomicOr", np.bitwise_or), ("atomicXor", np.bitwise_xor),
+                                        ("atomicAnd", np.bitwise_and)])
+def test_atomic_ops_from_every_lane_into_one_word(fn, combine):
+    source = 'extern "C" __global__ void k(int *h, const int *x) { %s(h, x[threadIdx.x]); }' % fn
+    x = np.array([5, -3, 12, 7, 0x70F0, -1 << 20])
+    dev = Device()
+    dev.write(0, np.array([9]))
+    dev.write(8, x)
+    dev.launch(dev.load_kernel(source, "k"), threads=6, args=[0, 8])
+    np.testing.assert_array_equal(dev.read(0, 1), [combine.reduce(np.concatenate([[9], x]))])
