@@ -71,6 +71,7 @@ class Liveness:
         self.doing = "init"                         # what this rank waits in (published with the heartbeat)
         self.last_call = "none yet"
         self.exchanges = 0
+        self.waiting = False                        # in a wait of this world (else: in the rank's own program)
         self.left = False
         self._seen: dict[int, tuple[str, float]] = {}    # rank -> (last heartbeat seq, when it changed)
         self._stop = threading.Event()
@@ -90,7 +91,8 @@ class Liveness:
         return f"{self.prefix}/{what}/{rank}"
 
     def _beat_once(self, seq: int) -> None:
-        self._beat_store.set(self._key("beat", self.rank), f"{seq}|{self.exchanges}|{self.doing}")
+        self._beat_store.set(self._key("beat", self.rank),
+                             f"{seq}|{self.exchanges}|{int(self.waiting)}|{self.doing}")
 
     def _beat(self) -> None:
         seq = 1
@@ -140,7 +142,7 @@ class Liveness:
     def _beats(self) -> dict[int, list[str]]:
         keys = [self._key("beat", r) for r in range(self.nranks)]
         values = self.store.multi_get(keys)
-        return {r: v.decode(errors="replace").split("|", 2) for r, v in enumerate(values)}
+        return {r: v.decode(errors="replace").split("|", 3) for r, v in enumerate(values)}
 
     def check(self, what: str) -> None:
         """Raise if this rank aborted, the world is broken, or a peer left or stopped beating."""
@@ -165,7 +167,7 @@ class Liveness:
             return RemoteError(f"rank {self.rank}: {_ranks(gone)} left the communicator during {what}: {lines}")
         now = time.monotonic()
         dead = []
-        for r, (seq, _, doing) in beats.items():
+        for r, (seq, _, _, doing) in beats.items():
             if r == self.rank:
                 continue
             old = self._seen.get(r)
@@ -186,9 +188,12 @@ class Liveness:
         except Exception:       # noqa: BLE001
             return "(the store cannot tell)"
         counts = {r: int(b[1]) for r, b in beats.items()}
+        away = [r for r, b in beats.items() if b[2] == "0"]         # in its own program, not in a qccl wait
         low = min(counts.values())
-        slow = [r for r, c in counts.items() if c == low]
-        lines = "; ".join(f"rank {r} at exchange {counts[r]} in {beats[r][2]}" for r in sorted(beats))
+        slow = away or [r for r, c in counts.items() if c == low]
+        lines = "; ".join(f"rank {r} at exchange {counts[r]}, " +
+                          (f"in {beats[r][3]}" if beats[r][2] == "1" else f"in its own program after {beats[r][3]}")
+                          for r in sorted(beats))
         return f"{_ranks(slow)} behind: {lines}"
 
     # -- waits -------------------------------------------------------------------------------------------------------
@@ -196,7 +201,13 @@ class Liveness:
         """Wait for a gloo work; RemoteError when a peer leaves or dies, DeadlockError after ``timeout`` seconds,
         InvalidUsage when this rank aborts meanwhile. The first slice waits without looking at the store (the
         common case: every peer is there)."""
-        self.doing = what
+        self.doing, self.waiting = what, True
+        try:
+            self._wait(work, what, timeout)
+        finally:
+            self.waiting = False
+
+    def _wait(self, work, what: str, timeout: float | None) -> None:
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
         looked = start

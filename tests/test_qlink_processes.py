@@ -41,3 +41,30 @@ def test_launcher_reports_a_failing_rank(tmp_path):
     script.write_text("import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
     r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", "2", str(script)], cwd=ROOT, timeout=60)
     assert r.returncode == 3
+
+
+def test_remote_deadlock_lines_carry_kernel_and_flag_names(tmp_path):
+    """A one-slot FIFO deadlocks the ring: every process reports every rank's kernel, flag name, value and awaited
+    value, the same lines as the one-process run of the same call."""
+    import numpy as np
+
+    import qccl
+    script = tmp_path / "deadlock.py"
+    script.write_text("import os, numpy as np, qccl\nrank, n = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])\n"
+                      "c = qccl.Communicator.init(n, rank, qccl.get_unique_id(), config={'fifo_slots': 1})\n"
+                      "try:\n    c.allreduce(np.arange(16, dtype=np.int32), np.zeros(16, np.int32))\n"
+                      "except qccl.DeadlockError as e:\n    print(f'rank {rank} says', repr(e.message), flush=True)\n")
+    r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", "2", "--timeout", "200", str(script)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=240)
+    comms = qccl.Communicator.init_all(2, config={"fifo_slots": 1})
+    with pytest.raises(qccl.DeadlockError) as e:
+        with qccl.group():
+            for c in comms:
+                c.allreduce(np.arange(16, dtype=np.int32), np.zeros(16, np.int32))
+    local = e.value.message.split("\n")[1:]
+    assert all("kernel prim" in line and "(ring.head)" in line for line in local)
+    said = [line for line in r.stdout.splitlines() if " says " in line]
+    assert len(said) == 2, r.stdout + r.stderr
+    for line in said:
+        text = eval(line.split(" says ", 1)[1])         # noqa: S307  (the repr the script printed)
+        assert text.split("\n")[1:] == local, (text, local)

@@ -74,6 +74,10 @@ class QLinkWorld(World):
                     self.engine.run()
                 except Paused:
                     pass
+                except DeadlockError as e:
+                    if not self.fabric.distributed:
+                        raise
+                    raise _shared_deadlock(self.fabric, e) from None
                 return
             mine = [w.rank for w in work]
             deadline = time.monotonic() + float(self.config.get("thread_timeout", 60))
@@ -141,6 +145,17 @@ def _status(engine, r):
 
 _worlds: dict = {}
 _worlds_lock = threading.Lock()
+
+
+def _shared_deadlock(fabric, error: DeadlockError) -> DeadlockError:
+    """Across processes every rank detects the deadlock at the same window; each knows its own kernel and flag names,
+    so they swap their own lines and every rank reports every rank in full, as in one process."""
+    mine = error.waits.get(fabric.rank)
+    theirs = fabric.all_gather_object(mine, "the deadlock report")
+    waits = {r: s for r, s in enumerate(theirs) if s is not None}
+    head = error.message.split("\n", 1)[0]
+    lines = "\n  ".join(str(waits[r]) for r in sorted(waits))
+    return DeadlockError(f"{head}\n  {lines}", waits)
 
 
 def _calls_text(calls) -> str:
