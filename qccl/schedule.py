@@ -253,57 +253,69 @@ class Scheduler:
             self._mc(mode, min(LANES, k - g), x=at + g, win=at + g, mask=self._peers_mask(), wait=seq - 1,
                      note=note)
 
+    def _mc_step(self, step: S.Step, seq: int, blocks: list, source: Piece | None, root: int, note: str) -> None:
+        """One multicast step of round ``seq``: ``blocks`` are the round's (window address, output piece) in block
+        order, ``source`` the input piece a store sends (its block: ``step.block``)."""
+        p, st = step.prim, self.state
+        if p.store:
+            at = blocks[step.block][0]
+            self.ops.append(Write(at, source.buf, source.start, source.count))
+            self._mc_store(at, source.count, seq, f"{note} store")
+        if p.post and p.wait == "peers":
+            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=self._peers_mask(), wait=seq, note=f"{note} flags")
+            st.mc_seen = seq
+        elif p.post and p.wait == "root":
+            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=1 << root, wait=seq, note=f"{note} wait")
+        elif p.post:
+            self._mc(MC_POST, 1, seq=seq, note=f"{note} flag")
+        if p.read:
+            for at, out in blocks:
+                if out is not None and out.count:
+                    self.ops.append(Read(at, out.buf, out.start, out.count))
+
     def _allgather_multicast(self, send: Buffer, recv: Buffer, sc: int) -> None:
         n, mc, st = self.nranks, self.heap.multicast, self.state
         for off, kk in self._chunks(sc, mc.window_words // n):
             seq = st.mc_seq + 1
             win = mc.window(seq)
-            own = win + self.rank * kk
-            self.ops.append(Write(own, send, off, kk))
-            self._mc_store(own, kk, seq, "allgather multicast store")
-            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=self._peers_mask(), wait=seq,
-                     note="allgather multicast flags")
-            st.mc_seen = seq
-            for b in range(n):
-                self.ops.append(Read(win + b * kk, recv, b * sc + off, kk))
+            blocks = [(win + b * kk, Piece(recv, b * sc + off, kk)) for b in range(n)]
+            for step in S.all_gather_multicast(self.rank, n):
+                self._mc_step(step, seq, blocks, Piece(send, off, kk), 0, "allgather multicast")
             st.mc_seq = seq
 
     def _allreduce_multicast(self, send: Buffer, recv: Buffer, count: int) -> None:
-        """ReduceScatter on the ring (runRing order up to recvReduceCopy), the reduced block stored straight into the
-        multicast window, so every rank gets it from one store: NVLS-style, the fabric still adds nothing."""
+        """The ring's ReduceScatter steps store each reduced block straight into the multicast window (``y``), so
+        every rank gets it from one store: NVLS-style, the fabric still adds nothing. The peers are past their reads
+        of the window's last round (the same parity, two rounds ago): every rank's data of this round is in the
+        reduced block, so the store may land."""
         n, mc, st = self.nranks, self.heap.multicast, self.state
         per = min(self.heap.ring.slot_words, mc.window_words // n)
         for off, m, k in self._rounds(count, per):
             seq = st.mc_seq + 1
             win = mc.window(seq)
-            # every rank's data of this round is in the reduced block: the peers are past their reads of the
-            # window's last round (the same parity, two rounds ago), so the store may land
-            for step, lo, hi in self._blocks(S.reduce_scatter, off, m, k):
-                self._ring_step(step, Piece(send, lo, hi - lo), Piece(recv, lo, hi - lo), True,
-                                "allreduce multicast", y=win + lo - off)
-            self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=self._peers_mask(), wait=seq,
-                     note="allreduce multicast flags")
-            st.mc_seen = seq
-            for b in range(n):
-                lo, hi = self._block(b, off, m, k)
+            blocks = [(win + lo - off, Piece(recv, lo, hi - lo)) for lo, hi in
+                      (self._block(b, off, m, k) for b in range(n))]
+            for step in S.all_reduce_multicast(self.rank, n):
+                if isinstance(step.prim, S.McPrim):
+                    self._mc_step(step, seq, blocks, None, 0, "allreduce multicast")
+                    continue
+                lo, hi = self._block(step.block, off, m, k)
                 if hi > lo:
-                    self.ops.append(Read(win + lo - off, recv, lo, hi - lo))
+                    self._ring_step(step, Piece(send, lo, hi - lo), Piece(recv, lo, hi - lo), True,
+                                    "allreduce multicast", y=win + lo - off)
             st.mc_seq = seq
 
     def _broadcast_multicast(self, send: Buffer | None, recv: Buffer, count: int, root: int) -> None:
         mc, st = self.heap.multicast, self.state
+        in_place = self.rank == root and send.ptr == recv.ptr
         for off, k in self._chunks(count, mc.window_words):
             seq = st.mc_seq + 1
             win = mc.window(seq)
-            if self.rank == root:
-                self.ops.append(Write(win, send, off, k))
-                self._mc_store(win, k, seq, "broadcast multicast store")
-                self._mc(MC_POST, 1, seq=seq, note="broadcast multicast flag")
-                if send.ptr != recv.ptr:
-                    self.ops.append(Read(win, recv, off, k))
-            else:
-                self._mc(MC_POST | MC_WAIT, 1, seq=seq, mask=1 << root, wait=seq, note="broadcast multicast wait")
-                self.ops.append(Read(win, recv, off, k))
+            blocks = [(win, None if in_place else Piece(recv, off, k))]
+            source = Piece(send, off, k) if self.rank == root else None
+            for step in S.broadcast_multicast(self.rank, self.nranks, root):
+                self._mc_step(step, seq, [blocks[0]] * self.nranks if step.prim.store else blocks, source, root,
+                              "broadcast multicast")
             st.mc_seq = seq
 
     # -- point to point -----------------------------------------------------------------------------------------------

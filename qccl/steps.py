@@ -3,7 +3,12 @@
 A collective is a short list of steps over a small vocabulary of primitives (NCCL's prims_simple): each primitive says
 whether it receives from the previous rank, combines with local input, stores a result locally and sends to the next
 rank. Ring-split collectives (AllReduce, ReduceScatter, AllGather) name the block each step works on (mod nranks);
-pipelined ones (Broadcast, Reduce) apply one primitive per rank to every chunk in turn.
+pipelined ones (Broadcast, Reduce) apply one primitive per rank to every chunk in turn. The multicast algorithms read
+the same way over the multicast primitives (qccl/kernels/mcast.cu: a store into the window lands locally and at every
+peer; flags say a round's stores have landed), one round of a window at a time:
+
+    >>> [str(s) for s in all_gather_multicast(1, 4)]
+    ['mcStore(1)', 'mcPostWait', 'mcRead']
 """
 from __future__ import annotations
 
@@ -90,6 +95,44 @@ def broadcast(rank: int, nranks: int, root: int) -> Prim:
 def reduce(rank: int, nranks: int, root: int) -> Prim:
     """The rank after the root sends, the root recvReduceCopies, the others recvReduceSend (every chunk)."""
     return _chain(rank, nranks, root + 1, SEND, RECV_REDUCE_SEND, RECV_REDUCE_COPY)
+
+
+@dataclass(frozen=True)
+class McPrim:
+    """A primitive of the multicast protocol."""
+    name: str
+    store: bool = False     # store this rank's block into the window: it lands locally and at every peer
+    post: bool = False      # post this rank's flag for the round
+    wait: str = ""          # wait for the round's flags: "peers" (every other rank) or "root"
+    read: bool = False      # the host reads the round's output blocks out of the window
+
+    def __str__(self) -> str:
+        return self.name
+
+
+MC_STORE = McPrim("mcStore", store=True)
+MC_POST = McPrim("mcPost", post=True)
+MC_POST_WAIT = McPrim("mcPostWait", post=True, wait="peers")
+MC_POST_WAIT_ROOT = McPrim("mcPostWaitRoot", post=True, wait="root")
+MC_READ = McPrim("mcRead", read=True)
+
+
+def all_gather_multicast(rank: int, nranks: int) -> list[Step]:
+    """mcStore(r): this rank's block into the window, once; mcPostWait: every peer's block has landed; mcRead."""
+    return [Step(MC_STORE, rank), Step(MC_POST_WAIT), Step(MC_READ)]
+
+
+def broadcast_multicast(rank: int, nranks: int, root: int) -> list[Step]:
+    """The root mcStores the chunk and posts its flag; the others wait for the root's flag; every rank reads."""
+    if rank == root:
+        return [Step(MC_STORE, root), Step(MC_POST), Step(MC_READ)]
+    return [Step(MC_POST_WAIT_ROOT), Step(MC_READ)]
+
+
+def all_reduce_multicast(rank: int, nranks: int) -> list[Step]:
+    """NVLS-style: ReduceScatter on the ring, its final step (recvReduceCopy) storing the reduced block into the
+    window, so one store reaches every rank; then mcPostWait and mcRead."""
+    return reduce_scatter(rank, nranks) + [Step(MC_POST_WAIT), Step(MC_READ)]
 
 
 def send_recv_rounds(nranks: int) -> list[int]:

@@ -176,3 +176,26 @@ def test_router_routes_by_header_token():
     with pytest.raises(ValueError):
         Aperture(0, 4, (1, 2))                # unicast has one peer
     assert "multicast aperture multicast [40, 60) -> ranks 1,2,3" in str(r)
+
+
+# -- multicast steps and the board --------------------------------------------------------------------------------------
+def test_multicast_algorithms_read_as_steps():
+    assert names(S.all_gather_multicast(2, 4)) == ["mcStore(2)", "mcPostWait", "mcRead"]
+    assert names(S.broadcast_multicast(1, 3, 1)) == ["mcStore(1)", "mcPost", "mcRead"]
+    assert names(S.broadcast_multicast(0, 3, 1)) == ["mcPostWaitRoot", "mcRead"]
+    assert names(S.all_reduce_multicast(0, 3)) == names(S.reduce_scatter(0, 3)) + ["mcPostWait", "mcRead"]
+
+
+def test_board_matches_kth_calls_and_pairs():
+    from qccl.board import Board
+    from qccl.calls import Call, Sig
+    b = Board(2)
+    ar = Sig("allreduce", 4, "int32", "sum", algo="ring")
+    released, err = b.submit({0: [Call(ar, 0)]}, {0})
+    assert released == {} and err is None and len(b.held(0)) == 1
+    released, err = b.submit({1: [Call(Sig("send", 3, "int32", root=0), 1), Call(ar, 1)]}, {1})
+    assert err is None and 0 in released and 1 not in released, "rank 1's allreduce waits behind its send"
+    released, err = b.submit({0: [Call(Sig("recv", 2, "int32", root=1), 0)]}, {0})
+    assert isinstance(err, qccl.InvalidUsage) and "rank 1 sends 3 x int32 to rank 0" in str(err)
+    assert not b.held(1), "the send the recv conflicted with is withdrawn"
+    assert [c.sig for seg in released[1] for c in seg] == [ar], "rank 1's allreduce, no longer behind, is released"
