@@ -234,7 +234,14 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--sizes", default="2,4")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--jsonl", default=None, help="append each injection's record to this file as it ends")
+    ap.add_argument("--summarize", nargs="*", default=None, help="print the summary of these --jsonl files")
     a = ap.parse_args(argv)
+    if a.summarize is not None:
+        rows = [json.loads(line) for f in a.summarize for line in Path(f).read_text().splitlines() if line]
+        print(f"{len(rows)} injections")
+        print(summary(rows))
+        return 0 if all(r["ok"] for r in rows) else 1
     if a.worker:
         return worker(a)
     faults = tuple(a.faults.split(","))
@@ -247,6 +254,9 @@ def main(argv=None) -> int:
         res = inject(f, n, victim, at, calls, seed)
         res.update(judge(res))
         results.append(res)
+        if a.jsonl:         # one line per injection as it ends: a long run can be summarised while it goes on
+            with open(a.jsonl, "a") as fh:
+                fh.write(json.dumps(res) + "\n")
         delays = ", ".join("-" if r.get("delay") is None else f"{r['delay']:.1f}" for r in res["ranks"])
         print(f"[{i + 1}/{a.injections}] {f:8s} n={n} victim={victim} at={at}: {'ok ' if res['ok'] else 'BAD'} "
               f"status={res['status']} hung={res['hung']} left={res['left']} delays=[{delays}] s "
