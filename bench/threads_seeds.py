@@ -4,7 +4,8 @@
 Each seed draws a shape (2..5 ranks, 1..24 elements, op, dtype, root or peer, algorithm, in or out of place) and a
 timing (the threads world's seed: packet delays and rank speeds); the collective runs on the asynchronous threads
 transport and on lockstep QLink, and the outputs must be identical (and equal numpy's). Exit status 1 on any
-difference. ``--collective-tests`` also runs tests/test_qccl_collectives.py with "threads" as the default transport.
+difference. ``--collective-tests`` also runs tests/test_qccl_collectives.py with "threads" as the default transport
+(all but the test that bounds lockstep token counts).
 """
 from __future__ import annotations
 
@@ -86,8 +87,11 @@ def main(argv=None) -> int:
     status = 1 if bad else 0
     if a.collective_tests:
         import pytest
-        rc = pytest.main(["-q", "-p", "no:cacheprovider", "tests/test_qccl_collectives.py"],
-                         plugins=[_DefaultThreads()])
+        # test_demo_table_beats_the_seeds bounds the tokens a rank writes in lockstep; asynchronous ranks write more
+        # spin records while they wait (715 against the seed's 664 on a 4-rank AllReduce), which is timing, not a
+        # result, so it is left out here
+        rc = pytest.main(["-q", "-p", "no:cacheprovider", "tests/test_qccl_collectives.py", "-k",
+                          "not demo_table_beats_the_seeds"], plugins=[_DefaultThreads()])
         print(f"tests/test_qccl_collectives.py on the threads transport: exit {int(rc)}")
         status = status or int(rc)
     return status
