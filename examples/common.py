@@ -146,6 +146,41 @@ class Machines:
         return {r: [(t.id, t.origin, t.written) for t in self.world.devices[r].tokens] for r in self.ranks}
 
 
+class VerifyMismatch(AssertionError):
+    """A backend fed a rank's recorded context predicted another token than the one the machine wrote."""
+
+
+def verify_contexts(machines: Machines, backend="circuit") -> dict:
+    """Verify mode: every rank's recorded stream, one context at a time (a context ends at each rebase), is fed to a
+    ``backend`` ("circuit", "model", or "interpreter") with qwengpu.circuit.verify; at every position the backend's
+    argmax must be the token the machine wrote there. By induction over positions, that backend run greedily would
+    have written the same streams. Returns positions compared, contexts, seconds and positions per second; raises
+    VerifyMismatch at the first difference.
+
+    >>> verify_contexts(run.m, "circuit")["positions_per_s"]
+    """
+    from qwengpu.circuit.verify import verify
+    from qwengpu.device import make_backend
+    checker = make_backend(backend) if isinstance(backend, str) else backend
+    fresh = checker.snapshot()
+    report = {"backend": getattr(checker, "name", str(backend)), "compared": 0, "fed": 0, "contexts": 0, "seconds": 0.0}
+    for r in machines.ranks:
+        dev = machines.world.devices[r]
+        bounds = list(dev.context_starts) + [len(dev.tokens)]
+        for context, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            checker.restore(fresh)
+            result = verify(checker, dev.tokens[a:b], stop_after=1)
+            report["compared"] += result.compared
+            report["fed"] += result.fed
+            report["seconds"] += result.seconds
+            report["contexts"] += 1
+            if result.mismatches:
+                raise VerifyMismatch(f"rank {r}, context {context} (tokens {a}..{b - 1}): {result}")
+    report["positions_per_s"] = round(report["fed"] / max(report["seconds"], 1e-9), 1)
+    report["seconds"] = round(report["seconds"], 1)
+    return report
+
+
 def kernel(folder: str | Path, source: str, name: str) -> Kernel:
     """A run's CUDA kernel: ``source`` in the run's folder (its PTX checked in beside it)."""
     return Kernel(Path(folder).resolve() / source, name)
@@ -161,6 +196,9 @@ def parser(description: str, steps: int) -> argparse.ArgumentParser:
     ap.add_argument("--png", help="save the loss curve here (matplotlib)")
     ap.add_argument("--backend", default="interpreter", choices=("interpreter", "circuit", "model"),
                     help="the QwenGPUs' backend (circuit and model: a few steps; they decode every token)")
+    ap.add_argument("--verify", choices=("circuit", "model"),
+                    help="after the run, feed every rank's recorded contexts to this backend: it must predict every "
+                         "token the machines wrote (verify mode: no greedy decoding)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rebase-every", type=int, default=None, metavar="N",
                     help="context rebase on every rank after every N steps (default: never on the interpreter, "

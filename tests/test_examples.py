@@ -182,3 +182,31 @@ def test_rebase_copies_the_words_into_a_fresh_context():
 def test_xor_run_with_rebases_equals_the_replay():
     result = XorRun(seed=0).train(2, rebase_every=1)
     assert result["rebases_per_rank"] == [2, 2, 2, 2]
+
+
+def test_verify_mode_checks_each_context_and_catches_a_changed_token():
+    """verify_contexts feeds each context (split at rebases) to a fresh backend; here a second interpreter is the
+    checker (the circuit is the same call, minutes slower; verify asks for a prediction after every token, so the
+    checker answers None where the interpreter has nothing to write). A token changed in a recorded stream must be
+    reported."""
+    from qwengpu import tokens as T
+    from qwengpu.interpreter import Interpreter
+    from qwengpu.isa import MachineError
+
+    class Checker(Interpreter):
+        def predict(self):
+            try:
+                return super().predict()
+            except MachineError:
+                return None
+
+    run = XorRun(seed=0)
+    run.train(1, rebase_every=1)
+    report = common.verify_contexts(run.m, Checker())
+    assert report["contexts"] == 8 and report["compared"] == sum(run.m.tokens_written())
+    dev = run.m.world.devices[2]
+    at = next(i for i, t in enumerate(dev.tokens) if t.origin == T.MODEL and T.kind(t.id) == "VAL"
+              and i > dev.context_starts[1])
+    dev.tokens[at] = T.Token(dev.tokens[at].id ^ 1, T.MODEL)
+    with pytest.raises(common.VerifyMismatch, match="rank 2, context 1"):
+        common.verify_contexts(run.m, Checker())

@@ -144,6 +144,11 @@ def main(argv=None) -> dict:
           f"per rank: {result['rebases_per_rank']}")
     print("  memory map:")
     common.print_memory_map(result["memory_map"])
+    if args.verify:
+        result["verify"] = common.verify_contexts(run.m, args.verify)
+        v = result["verify"]
+        print(f"  verify mode on the {v['backend']}: {v['compared']:,} written tokens predicted in {v['contexts']} "
+              f"contexts, {v['positions_per_s']} positions/s")
     common.write_json(args.json, result)
     common.save_npz(args.save, run.parameters())
     common.plot_loss(args.png, f"{run.name} ({run.variant}): {result['loss']} loss per image",

@@ -189,6 +189,11 @@ def main(argv=None, run_class=XorRun, steps: int = 200) -> dict:
     result = run.train(args.steps, quiet=args.quiet,
                        rebase_every=common.rebase_every(args.rebase_every, args.backend))
     report(result)
+    if args.verify:
+        result["verify"] = common.verify_contexts(run.m, args.verify)
+        v = result["verify"]
+        print(f"  verify mode on the {v['backend']}: {v['compared']:,} written tokens predicted in {v['contexts']} "
+              f"contexts, {v['positions_per_s']} positions/s")
     common.write_json(args.json, result)
     common.save_npz(args.save, run.parameters())
     common.plot_loss(args.png, f"{run.name}: loss word of each rank (Q8)",
