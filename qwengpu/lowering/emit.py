@@ -899,6 +899,8 @@ class Emitter:
             result = quotient if kind == "div" else remainder
             sign = self.op("xor", n, d) if kind == "div" else None
             negative = self.op("lt_s", (sign, 0) if sign else n, (None, 0))
+            if kind == "div":            # x / 0 stays all ones (the machine's div_s), whatever x's sign
+                negative = self.op("gt_u", (negative, 0), (self.op("eq", d, (None, 0)), 0))
             flipped = self.op("sub", (None, 0), (result, 0))
             self._select(read, result, (flipped, 0), (result, 0), Reg(negative))
         else:

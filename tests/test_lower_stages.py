@@ -1,0 +1,176 @@
+"""Each lowering stage on hand-written PTX: basic blocks, the transfer function, propagation, addresses, predicates,
+the emitted sequences (run on the interpreter against PTX semantics folded on constants), fusion, allocation."""
+from __future__ import annotations
+
+import importlib
+import itertools
+
+import numpy as np
+import pytest
+
+from qwengpu import Device
+from qwengpu.isa import MachineError, alu
+from qwengpu.lowering import Program, bind_arguments
+from qwengpu.lowering.cfg import basic_blocks
+from qwengpu.lowering.emit import TWO_ATOMS
+from qwengpu.lowering.mop import MOp
+from qwengpu.lowering.pointers import address_registers
+from qwengpu.lowering.predicates import Predicate
+from qwengpu.lowering.regalloc import allocate
+from qwengpu.lowering.semantics import fold
+from qwengpu.lowering.transfer import make_reader, step
+from qwengpu.lowering.values import DYNAMIC, Affine, Const, Context
+from qwengpu.ptx import parse
+
+fuse = importlib.import_module("qwengpu.lowering.fuse").fuse
+propagate = importlib.import_module("qwengpu.lowering.propagate").propagate
+
+HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
+
+
+def kernel(body: str, params: str = ".param .u64 k_param_0, .param .u32 k_param_1", regs: str = "") -> object:
+    decls = regs or ".reg .pred %p<8>; .reg .b16 %rs<8>; .reg .b32 %r<16>; .reg .b64 %rd<16>;"
+    return parse(HEADER + f".visible .entry k({params})\n{{\n{decls}\n{body}\n}}\n").kernels["k"]
+
+
+LOOP = """
+    ld.param.u32 %r1, [k_param_1];
+    mov.u32 %r2, 0;
+$L_head:
+    add.s32 %r2, %r2, 1;
+    setp.lt.s32 %p1, %r2, %r1;
+    @%p1 bra $L_head;
+    ret;
+"""
+
+
+def test_basic_blocks_and_successors():
+    blocks = basic_blocks(kernel(LOOP))
+    assert [b.successors for b in blocks] == [[1], [1, 2], []]
+    assert blocks[1].labels == ["$L_head"]
+
+
+def test_transfer_of_a_guard_that_is_constant_false_leaves_the_state():
+    k = kernel("ld.param.u32 %r1, [k_param_1];\nsetp.ne.s32 %p1, %r1, 0;\n@%p1 mov.u32 %r2, 5;\nret;")
+    context = Context(bind_arguments(k, [0, 0]), 4)
+    state = {"%r2": DYNAMIC}
+    read = make_reader(state, context)
+    for inst in k.body[:-1]:
+        step(inst, state, read, context)
+    assert state["%r2"] == DYNAMIC and state["%p1"] == Const(0)
+    context = Context(bind_arguments(k, [0, 1]), 4)
+    state = {"%r2": DYNAMIC}
+    read = make_reader(state, context)
+    for inst in k.body[:-1]:
+        step(inst, state, read, context)
+    assert state["%r2"] == Const(5)
+
+
+def test_transfer_joins_under_a_lane_guard_and_tracks_thread_indices():
+    k = kernel("mov.u32 %r1, %tid.x;\nshl.b32 %r2, %r1, 2;\nadd.s32 %r3, %r2, 8;\n"
+               "setp.eq.s32 %p1, %r1, 1;\n@%p1 mov.u32 %r3, 0;\nret;")
+    context = Context({"k_param_0": Const(0), "k_param_1": Const(0)}, 4)
+    state = {}
+    read = make_reader(state, context)
+    for inst in k.body[:3]:
+        step(inst, state, read, context)
+    assert state["%r3"] == Affine(4, 8)
+    for inst in k.body[3:5]:
+        step(inst, state, read, context)
+    assert state["%p1"] == DYNAMIC and state["%r3"] == DYNAMIC
+
+
+def test_propagation_folds_launch_arguments_through_the_loop():
+    k = kernel(LOOP)
+    entry = propagate(k, basic_blocks(k), Context(bind_arguments(k, [0, 3]), 4))
+    assert entry[1]["%r1"] == Const(3) and entry[1]["%r2"] == DYNAMIC
+
+
+def test_addresses_are_decided_by_use_not_by_multiplier():
+    k = kernel("""
+    ld.param.u64 %rd1, [k_param_0];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    mul.wide.u32 %rd4, %r1, 8192;
+    cvt.u32.u64 %r2, %rd4;
+    st.global.u32 [%rd3], %r2;
+    ret;""")
+    assert address_registers(k.body) == {"%rd1", "%rd2", "%rd3"}
+
+
+def test_predicates_simplify_exactly():
+    p, c = Predicate.atom("%p1"), Predicate.atom("%p2")
+    assert (p & c) | (p & ~c) == p
+    assert (p | ~p).always and (p & ~p).never
+
+
+@pytest.mark.parametrize("rows", sorted(TWO_ATOMS, key=sorted))
+def test_every_two_atom_predicate_is_one_machine_op(rows):
+    op, negated = TWO_ATOMS[rows]
+    for a, b in itertools.product((False, True), repeat=2):
+        assert ((alu(op, int(a), int(b)) != 0) != negated) == ((a, b) in rows)
+
+
+def test_fusion_packs_a_value_into_its_store_and_a_load_into_its_use():
+    mops = fuse([MOp("add", ("tid", 0), (None, 1), "%r2"), MOp("a", ("%r2", 0), store=("tid", 0))])
+    assert len(mops) == 1 and mops[0].store == ("tid", 0) and mops[0].a == ("tid", 1) and mops[0].dst is None
+    mops = fuse([MOp("a", ("tid", 4), load=True, dst="%r1"), MOp("add", ("%r1", 0), (None, 1), "%r2"),
+                 MOp("mul", ("%r2", 0), (None, 3), "%r3"), MOp("a", ("%r3", 0), store=("tid", 0))])
+    assert len(mops) == 2 and mops[0].load and mops[0].a == ("tid", 4) and mops[-1].store == ("tid", 0)
+
+
+def test_allocation_refuses_more_registers_than_the_machine_has():
+    mops = [MOp("add", ("tid", 0), (None, i), f"%v{i}") for i in range(16)]
+    mops.append(MOp("add", (mops[0].dst, 0), (mops[1].dst, 0), "%s0"))
+    for i in range(2, 16):
+        mops.append(MOp("add", (f"%s{i - 2}", 0), (f"%v{i}", 0), f"%s{i - 1}"))
+    mops.append(MOp("a", ("%s14", 0), store=("tid", 0)))
+    with pytest.raises(MachineError, match="registers per lane; the machine has 15"):
+        allocate("k", mops, False)
+    program = allocate("k", mops[:1] + [MOp("a", ("%v0", 0), store=("tid", 0))], False)
+    assert isinstance(program, Program) and program.registers == 1
+
+
+# Instruction sequences run on the machine against PTX's meaning folded on constants (semantics.fold): two
+# independent definitions of each instruction.
+SEQUENCES = [
+    ("bfe.u32 %r3, %r2, 5, 9;", "b32"), ("bfe.s32 %r3, %r2, 20, 8;", "b32"), ("bfi.b32 %r3, %r2, %r4, 8, 12;", "b32"),
+    ("prmt.b32 %r3, %r2, %r4, 0x7531;", "b32"), ("prmt.b32 %r3, %r2, %r4, 0x8F40;", "b32"),
+    ("shf.l.wrap.b32 %r3, %r2, %r4, 7;", "b32"), ("shf.r.clamp.b32 %r3, %r2, %r4, 12;", "b32"),
+    ("abs.s32 %r3, %r2;", "b32"), ("cnot.b32 %r3, %r2;", "b32"), ("neg.s32 %r3, %r2;", "b32"),
+    ("slct.s32.s32 %r3, %r2, %r4, %r2;", "b32"), ("min.s32 %r3, %r2, %r4;", "b32"), ("max.u32 %r3, %r2, %r4;", "b32"),
+    ("div.s32 %r3, %r2, %r4;", "b32"), ("rem.u32 %r3, %r2, %r4;", "b32"), ("mul.lo.s32 %r3, %r2, %r4;", "b32"),
+    ("shr.s32 %r3, %r2, %r4;", "b32"), ("mad.lo.s32 %r3, %r2, %r4, %r2;", "b32"),
+]
+
+
+@pytest.mark.parametrize("text,typ", SEQUENCES)
+def test_emitted_sequence_matches_ptx_semantics(text, typ):
+    body = f"""
+    ld.param.u64 %rd1, [k_param_0];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.u32 %r2, [%rd3];
+    ld.global.u32 %r4, [%rd3+32];
+    {text}
+    st.global.u32 [%rd3+64], %r3;
+    ret;"""
+    k_text = HEADER + (".visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)\n{\n"
+                       ".reg .pred %p<8>; .reg .b32 %r<16>; .reg .b64 %rd<16>;\n" + body + "\n}\n")
+    inst = [i for i in kernel(body).body if getattr(i, "text", "").startswith(text.split()[0])][0]
+    rng = np.random.default_rng(len(text))
+    a = rng.integers(0, 1 << 32, 8, dtype=np.uint64)
+    b = rng.integers(0, 1 << 32, 8, dtype=np.uint64)
+    a[:4] = [0, 0x80000000, 0xFFFFFFFF, 17]
+    b[:4] = [3, 0xFFFFFFFF, 0, 1 << 31]
+    dev = Device()
+    dev.write(0, a.astype(np.int64))
+    dev.write(8, b.astype(np.int64))
+    dev.launch(dev.load_kernel(k_text, "k"), threads=8, args=[0, 0])
+    got = dev.read(16, 8).view(np.uint32)
+    values = {"%r2": a, "%r4": b}
+    for lane in range(8):
+        sources = [values[o.name][lane] if hasattr(o, "name") else o.value for o in inst.operands[1:]]
+        assert int(got[lane]) == fold(inst, [int(v) for v in sources]), (lane, a[lane], b[lane])
