@@ -83,6 +83,7 @@ __device__ void prim_body(int mode, int n, volatile int *rtail, int rwait, volat
             while (*rtail < rwait) {}
         if ((mode & SEND) && swait > 0)
             while (*rhead < swait) {}
+        __threadfence();        // acquire: the slot's data is read after the flag that announced it
     }
     if ((mode & (SEND | COPY)) && i < n) {
         S rs = 0, vs = 0;
@@ -121,7 +122,10 @@ __device__ void mcast_body(int mode, const S *x, S *win, volatile int *flag, int
                            int wait)
 {
     int i = threadIdx.x;
-    if (mode & MC_PRE_WAIT) wait_flags(flags, mask, wait);
+    if (mode & MC_PRE_WAIT) {
+        wait_flags(flags, mask, wait);
+        __threadfence();
+    }
     if (mode & MC_STORE) win[i] = x[i];
     __threadfence_system();
     if (mode & MC_POST) *flag = seq;
