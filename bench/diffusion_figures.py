@@ -73,6 +73,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--latent-json")
     ap.add_argument("--replay-steps", type=int, default=0, help="points_ddpm replay length (0: none)")
     ap.add_argument("--replay-samples", type=int, default=512)
+    ap.add_argument("--latent-replay-steps", type=int, default=0, help="latent_ddpm replay length (0: none)")
+    ap.add_argument("--latent-limit", type=int, help="training images for the latent replay's encoder and judge")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--circuit", type=int, default=0, help="training steps of each run on the circuit backend")
     ap.add_argument("--json", help="write the figures here")
@@ -82,6 +84,15 @@ def main(argv=None) -> dict:
     if args.replay_steps:
         from examples.points_ddpm.run import replay_only
         out["replay"] = replay_only(args.seed, args.replay_steps, args.replay_samples)
+    if args.latent_replay_steps:
+        from examples.latent_ddpm.run import Setup, replay_run
+        from examples.points_ddpm.fixed import schedule
+        setup = Setup(None, args.seed, 3, args.latent_limit)
+        share = replay_run(setup, args.seed, args.latent_replay_steps, schedule(20), args.replay_samples)[3]
+        out["latent_replay"] = {"steps": args.latent_replay_steps, "samples": args.replay_samples,
+                                "recognised_replay": round(share, 4), "data": setup.source}
+        print(f"latent_ddpm replay, seed {args.seed}, {args.latent_replay_steps} steps: {share:.0%} of "
+              f"{args.replay_samples} samples recognised (what the QwenGPUs give: equal bit for bit)")
     print(table(out["points"], out["latent"], out["replay"]))
     for run in ("points", "latent") if args.circuit else ():
         r = circuit_steps(run, args.circuit)

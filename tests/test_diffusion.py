@@ -178,3 +178,33 @@ def test_points_run_command(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 1000
     saved = np.load(tmp_path / "p.npz")
     assert saved["W1_rank0"].shape == (4, 8) and saved["samples"].shape == (1, 2)
+
+
+def test_first_latent_kernels_on_the_circuit():
+    """CI's share of the circuit check: rank 0's first latent_ddpm launches (dn_noise, then the output-bias row's
+    dn_update), recorded by the interpreter at the run's addresses and fed to the compiled circuit
+    (qwengpu.circuit.verify): the circuit must predict every token the interpreter wrote. Whole training steps of
+    both runs on four circuit-backed QwenGPUs: `python -m qccl_bench.diffusion_figures --circuit 1`."""
+    from qwengpu import Device
+    from qwengpu.circuit.exact import CircuitBackend
+    from qwengpu.circuit.verify import verify
+    from examples.points_ddpm import machine as M
+    sd = SplitDenoiser(D=8, H=16, samples=1)        # only for its word map (the heap's apertures stay clear)
+    w1, w2 = split.init_params(np.random.default_rng(0), 8, 16)
+    rng = np.random.default_rng(1)
+    x0, eps = fixed.q8(rng.standard_normal(8)), fixed.q8(rng.standard_normal(8))
+    dev = Device()
+    dev.alloc(127 - sd.w1, at=sd.w1)
+    dev.write(sd.w1, w1[0].reshape(-1).astype(np.int32))
+    dev.write(sd.w2, w2[0].reshape(-1).astype(np.int32))
+    dev.write(sd.u, np.concatenate([x0, [SCH.F[7], 256]]).astype(np.int32))
+    dev.write(sd.out, eps.astype(np.int32))
+    for k, threads, args in ((M.NOISE, 8, (sd.u, sd.out, sd.bias, SCH.A[7], SCH.S[7], 1)),
+                             (M.UPDATE, 8, (sd.bias, sd.one, sd.out, 1, 8, 4))):
+        dev.launch(dev.load_kernel(k.source, k.name), threads, [int(a) for a in args])
+    want_x = split.noised(x0[None], eps[None], 7, SCH)[0]
+    np.testing.assert_array_equal(dev.read(sd.u, 8), want_x)                          # the interpreter is right...
+    np.testing.assert_array_equal(dev.read(sd.bias, 8), w2[0, 4] - fixed.rshift(w2[0, 4] - eps, 4))
+    result = verify(CircuitBackend(), dev.tokens, stop_after=1)                       # ...and the circuit agrees
+    assert result.compared > 100
+    assert result.mismatches == [], str(result)
