@@ -26,7 +26,7 @@ KINDS = ("allreduce", "reduce", "reduce_scatter", "allgather", "broadcast", "sen
 REDUCING = ("allreduce", "reduce", "reduce_scatter")
 MULTICAST = ("allreduce", "allgather", "broadcast")
 COPY_DTYPES = (np.int32, np.uint32, np.int64, np.int8, np.bool_, np.float32)
-TOKEN_BYTES = 56        # what one entry of a device's token log costs in memory (a small object and its slot)
+TOKEN_BYTES = 120       # memory per entry of a device's token log (tracemalloc: a Token, its list slot, its ints)
 
 
 def rss_mb() -> float:

@@ -248,7 +248,7 @@ class Communicator:
 
     @property
     def size(self) -> int:
-        """The number of ranks (an alias of nranks)."""
+        """The number of ranks (an alias of nranks): ``comms[0].size == comms[0].nranks``."""
         return self.nranks
 
     @property

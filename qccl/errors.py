@@ -35,7 +35,11 @@ _STRINGS = {
 
 
 def get_error_string(result: int) -> str:
-    """ncclGetErrorString."""
+    """ncclGetErrorString: the text of a result code.
+
+    >>> get_error_string(5)
+    'invalid usage'
+    """
     try:
         return _STRINGS[Result(result)]
     except ValueError:

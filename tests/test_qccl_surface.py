@@ -45,7 +45,7 @@ def test_nccl_numbering_for_ops_and_types():
 def test_config_object_and_init_arguments():
     cfg = qccl.Config(burst=2)
     assert qccl.Communicator.init_all(2, config=cfg)[0].config.burst == 2
-    with pytest.raises(qccl.InvalidArgument, match=r"unknown config key 'bursts' \(valid keys: algo, backend, burst"):
+    with pytest.raises(qccl.InvalidArgument, match=r"unknown config key 'bursts' \(valid keys: algo, .*burst, .*window_words\)"):
         qccl.Communicator.init_all(2, config={"bursts": 2})
     with pytest.raises(qccl.InvalidArgument, match="config burst=0: expected an integer >= 1"):
         qccl.Communicator.init_all(2, config={"burst": 0})
@@ -187,3 +187,19 @@ def test_a_destroyed_rank_is_named_not_idle_and_boards_are_freed():
     del comms, c
     gc.collect()
     assert world() is None and board() is None, "a destroyed communicator's world and board are freed"
+
+
+def test_readme_api_section_and_docstrings_match_the_code():
+    """Every public call of qccl.Communicator is in qccl/README.md's API table, and has a docstring with an example."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "qccl" / "README.md").read_text()
+    api = text[text.index("<!-- api:"):text.index("## Checking it")]
+    public = [n for n in vars(qccl.Communicator) if not n.startswith("_")]
+    assert {"split", "shrink", "alltoall", "gather", "scatter", "barrier", "get_last_error"} <= set(public)
+    for name in public:
+        assert re.search(rf"`(Communicator\.)?{name}\b", api), f"{name} is missing from qccl/README.md's API table"
+        doc = getattr(qccl.Communicator, name).__doc__ or ""
+        assert ">>>" in doc or "``" in doc, f"Communicator.{name}: no example in its docstring"
+    for name in ("get_version", "get_error_string", "red_op", "data_type", "group"):
+        assert name in api and ">>>" in (getattr(qccl, name).__doc__ or ""), name
