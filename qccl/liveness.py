@@ -73,6 +73,7 @@ class Liveness:
         self.exchanges = 0
         self.waiting = False                        # in a wait of this world (else: in the rank's own program)
         self.left = False
+        self.group = None           # the world's gloo group: kept forever once it holds abandoned work
         self._seen: dict[int, tuple[str, float]] = {}    # rank -> (last heartbeat seq, when it changed)
         self._stop = threading.Event()
         self._beat_store = store.clone() if hasattr(store, "clone") else store
@@ -117,14 +118,22 @@ class Liveness:
     def abort(self) -> None:
         """This rank aborts: a blocked wait of this rank raises at its next slice; the peers learn of it."""
         self.aborted.set()
+        self._abandon()
         self.leave("aborted (comm.abort())")
 
     def fail(self, error: QcclError) -> QcclError:
         """Make ``error`` sticky (the world is broken) and tell the peers why this rank stops."""
         if self.failure is None:
             self.failure = error
+            self._abandon()
             self.leave(f"stopped after an error: {error.message}")
         return error
+
+    def _abandon(self) -> None:
+        """The group may hold work that never ends: it must never be destroyed (its destructor would wait)."""
+        if self.group is not None:
+            keep_forever(self.group)
+            self.group = None
 
     # -- what the others published ---------------------------------------------------------------------------------
     def _gone(self) -> dict[int, str]:

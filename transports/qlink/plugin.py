@@ -123,8 +123,6 @@ class QLinkWorld(World):
         live = getattr(self.fabric, "live", None)
         if live is not None:
             live.abort()        # first, without the lock: a call blocked in a wait holds it, and raises at once now
-            from qccl.liveness import keep_forever
-            keep_forever(self.fabric.group)     # its abandoned work must not block this process's exit
         with self.lock:
             self.engine.drop(rank)
 

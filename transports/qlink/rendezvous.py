@@ -110,4 +110,5 @@ def process_fabric(nranks: int, rank: int, burst: int, uid):
         live.leave("gave up at init")
         raise
     live.doing = "no call yet"
+    live.group = group
     return GlooFabric(nranks, rank, burst, group, live)
