@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from pathlib import Path
@@ -139,8 +140,66 @@ def _shared_model(circuit: Circuit, dtype: str, device: str):
     return build_model(circuit, dtype, device)
 
 
+@functools.lru_cache(maxsize=2)
+def _shared_checkpoint(checkpoint: str, dtype: str, device: str):
+    return load_checkpoint(checkpoint, dtype, device)
+
+
+def load_checkpoint(checkpoint: str | Path, dtype: str = "bfloat16", device: str = "cpu"):
+    """(model, description): a compiled-only or merged checkpoint through ``AutoModelForCausalLM.from_pretrained``
+    and its vocabulary description (qwengpu_vocab.json; ``offset`` is the id of the GPU's token 0, 0 when the
+    vocabulary is the GPU's alone)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    directory = Path(checkpoint)
+    if not (directory / VOCAB_FILE).exists():
+        raise MachineError(f"checkpoint {directory}: no {VOCAB_FILE} beside the weights (save it with "
+                           "qwengpu.circuit.model.save_checkpoint or python -m qwengpu.merge)")
+    description = json.loads((directory / VOCAB_FILE).read_text())
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=getattr(torch, dtype)).to(device)
+    return model.eval(), description
+
+
+GDN_PATHS = ("chunked", "recurrent")
+
+
+@contextlib.contextmanager
+def gdn_path(path: str):
+    """Which Gated DeltaNet rule transformers runs on a forward of more than one token, for the duration.
+
+    "chunked" is transformers' own (torch_chunk_gated_delta_rule: the WY / UT-transform form, 64-token chunks);
+    "recurrent" swaps in torch_recurrent_gated_delta_rule, the decode rule, applied token after token inside one call
+    (the projections, conv and MLP still run on the whole chunk at once). A one-token forward always takes the
+    recurrent rule. Not thread-safe: it swaps a module attribute of transformers' qwen3_5 modeling file.
+
+        with gdn_path("recurrent"):
+            backend.feed_many(tokens)
+    """
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+    if path not in GDN_PATHS:
+        raise MachineError(f"GDN path {path!r}: the paths are {GDN_PATHS}")
+    chunked = qwen.torch_chunk_gated_delta_rule
+    if path == "recurrent":
+        recurrent = qwen.torch_recurrent_gated_delta_rule
+
+        def whole_chunk(query, key, value, g, beta, chunk_size=64, **kwargs):
+            return recurrent(query, key, value, g=g, beta=beta, **kwargs)
+        qwen.torch_chunk_gated_delta_rule = whole_chunk
+    try:
+        yield
+    finally:
+        qwen.torch_chunk_gated_delta_rule = chunked
+
+
 class ModelBackend:
-    """Backend ``model``: a transformers Qwen3.5 model holding the compiled circuit, decoded greedily."""
+    """Backend ``model``: a transformers Qwen3.5 model holding the compiled circuit, decoded greedily.
+
+    ``checkpoint``: a directory saved by ``save_checkpoint`` (the GPU's vocabulary alone) or by ``python -m
+    qwengpu.merge`` (the compiled layers in front of a Qwen3.5 checkpoint, the GPU's tokens after the base's). The
+    argmax runs over the whole vocabulary: a base token where the machine needs one of its own is a MachineError.
+
+        dev = Device(backend="model", checkpoint="merged-2b", dtype="bfloat16", device="cpu")
+    """
 
     name = "model"
 
@@ -149,14 +208,17 @@ class ModelBackend:
         import torch
         if dtype not in ("bfloat16", "float32"):
             raise MachineError(f"dtype {dtype!r}: the model backend runs bfloat16 (deployment) or float32")
+        self.offset = 0
         if checkpoint is not None:
-            from transformers import AutoModelForCausalLM
-            self.model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).to(device)
-            self.model.eval()
-            description = json.loads((Path(checkpoint) / VOCAB_FILE).read_text())
+            # Loaded models are shared like compiled ones (read-only weights, a cache per backend); a traced
+            # backend hooks its layers, so it loads its own copy.
+            load = load_checkpoint if trace else _shared_checkpoint
+            self.model, description = load(str(checkpoint), dtype, device)
             self.supported_ops = tuple(description["supported_ops"])
             self.atomics = description["atomics"]
             self.divisors = tuple(description["divisors"])
+            self.offset = int(description.get("offset", 0))
+            self.compiled_layers = int(description.get("compiled_layers", len(description.get("layers", []))))
         else:
             circuit = circuit if circuit is not None else compiled(width or QWEN35_2B)
             # The weights are read-only and each backend has its own cache, so devices share one model (QLink's
@@ -165,8 +227,11 @@ class ModelBackend:
             self.supported_ops = circuit.supported_ops
             self.atomics = circuit.atomics
             self.divisors = circuit.divisors
+            self.compiled_layers = len(circuit.layers)
         self.torch, self.device, self.trace = torch, device, trace
+        self.layer_types = list(self.model.config.layer_types)
         self.residuals: list[np.ndarray] = []
+        self.chunk_residuals: list[np.ndarray] = []    # with trace, after feed_many: (positions, hidden) per layer
         if trace:
             for layer in self.model.model.layers:
                 layer.register_forward_hook(self._capture)
@@ -175,55 +240,174 @@ class ModelBackend:
     def _capture(self, module, args, output):
         hidden = output[0] if isinstance(output, tuple) else output
         self.residuals.append(hidden[0, -1].float().cpu().numpy().astype(np.float64))
+        self.chunk_residuals.append(hidden[0].float().cpu().numpy().astype(np.float64))
 
     def _reset(self) -> None:
-        from transformers import DynamicCache
-        torch = self.torch
-        config = self.model.config
-        self.cache = DynamicCache(config=config)
-        dtype = next(self.model.parameters()).dtype
-        conv_dim = 2 * config.linear_num_key_heads * config.linear_key_head_dim + \
-            config.linear_num_value_heads * config.linear_value_head_dim
-        for layer in self.cache.layers:
-            layer.lazy_initialization(
-                conv_states=torch.zeros(1, conv_dim, config.linear_conv_kernel_dim, dtype=dtype, device=self.device),
-                recurrent_states=torch.zeros(1, config.linear_num_value_heads, config.linear_key_head_dim,
-                                             config.linear_value_head_dim, dtype=torch.float32, device=self.device))
-            layer.has_previous_state[0] = True
+        self.cache = new_cache(self.model, batch=1, device=self.device)
         self._logits = None
         self.position = 0
 
     # -- backend interface -------------------------------------------------------------------------------------
     def snapshot(self):
-        states = [(layer.conv_states[0].clone(), layer.recurrent_states[0].clone()) for layer in self.cache.layers]
-        return states, self._logits, self.position
+        return _cache_state(self.cache), self._logits, self.position
 
     def restore(self, state) -> None:
         states, self._logits, self.position = state
-        for layer, (conv, recurrent) in zip(self.cache.layers, states):
-            layer.conv_states[0].copy_(conv)
-            layer.recurrent_states[0].copy_(recurrent)
+        _set_cache_state(self.cache, states)
 
     def predict(self) -> int:
         if self._logits is None:
             raise MachineError("the model has been fed nothing yet: there is no prediction")
-        return int(self._logits.argmax())
+        return self._gpu_token(int(self._logits.argmax()))
+
+    def _gpu_token(self, index: int) -> int:
+        """The GPU token of a vocabulary index; an index outside the GPU's tokens is the model's error."""
+        token = index - self.offset
+        if not 0 <= token < T.VOCAB_SIZE:
+            raise MachineError(f"the model's argmax is vocabulary id {index}, not one of the GPU's tokens "
+                               f"({self.offset}..{self.offset + T.VOCAB_SIZE - 1}): the base model's layers moved it")
+        return token
 
     def margin(self) -> float:
         top2 = self._logits.topk(2).values
         return float(top2[0] - top2[1])
 
+    def _ids(self, tokens) -> list[int]:
+        for token in tokens:
+            if not 0 <= token < T.VOCAB_SIZE:
+                raise MachineError(f"token {token} is outside the vocabulary of {T.VOCAB_SIZE}")
+        return [self.offset + int(token) for token in tokens]
+
     def feed(self, token: int) -> None:
-        torch = self.torch
-        if not 0 <= token < T.VOCAB_SIZE:
-            raise MachineError(f"token {token} is outside the vocabulary of {T.VOCAB_SIZE}")
+        ids = self._ids([token])
         self.residuals = []
+        self.chunk_residuals = []
+        logits = self._forward(ids)
+        self._logits = logits[-1]
+
+    def feed_many(self, tokens) -> tuple[list[int], list[float]]:
+        """Feed several tokens in one forward (teacher forcing). Returns the argmax (a vocabulary index minus the
+        GPU offset, so a GPU token, or a negative number for a base token) and the top-2 margin at each position.
+        The Gated DeltaNet rule is transformers' chunked one unless ``gdn_path`` says otherwise."""
+        ids = self._ids(tokens)
+        if not ids:
+            return [], []
+        self.residuals = []
+        self.chunk_residuals = []
+        logits = self._forward(ids)
+        self._logits = logits[-1]
+        top2 = logits.topk(2, dim=-1)
+        argmax = (top2.indices[:, 0] - self.offset).tolist()
+        margins = (top2.values[:, 0] - top2.values[:, 1]).tolist()
+        return argmax, margins
+
+    @property
+    def can_batch(self) -> bool:
+        """Whether ranks on this model can share a forward (qwengpu.circuit.batched): an all-linear-attention model.
+        A full-attention layer's KV cache grows with each rank's own position, so a merged model runs its ranks
+        one after another."""
+        return "full_attention" not in self.layer_types
+
+    @staticmethod
+    def forward_batch(backends: list, tokens: list[int]) -> None:
+        """Feed ``tokens[i]`` to ``backends[i]`` in ONE forward of their shared model: the batch dimension is the
+        rank; each backend's recurrent cache is stacked into row i before the forward and written back after, so
+        each row computes exactly what a forward of its own would (qwengpu.circuit.batched)."""
+        first = backends[0]
+        torch = first.torch
+        if any(b.model is not first.model for b in backends) or not first.can_batch:
+            raise MachineError("forward_batch: the backends must share one all-linear-attention model")
+        ids = [b._ids([t])[0] for b, t in zip(backends, tokens)]
+        cache = new_cache(first.model, batch=len(backends), device=first.device)
+        rows = [b.cache.layers for b in backends]
+        for index, layer in enumerate(cache.layers):
+            layer.conv_states[0].copy_(torch.cat([r[index].conv_states[0] for r in rows]))
+            layer.recurrent_states[0].copy_(torch.cat([r[index].recurrent_states[0] for r in rows]))
         with torch.no_grad():
-            out = self.model(input_ids=torch.tensor([[token]], device=self.device), past_key_values=self.cache,
-                             position_ids=torch.tensor([[self.position]], device=self.device), use_cache=True,
-                             attention_mask={"full_attention": None, "linear_attention": None})
-        self._logits = out.logits[0, -1].float()
-        self.position += 1
+            out = first.model(input_ids=torch.tensor(ids, device=first.device)[:, None], past_key_values=cache,
+                              position_ids=torch.tensor([[b.position] for b in backends], device=first.device),
+                              use_cache=True, attention_mask={"full_attention": None, "linear_attention": None})
+        for index, layer in enumerate(cache.layers):
+            for i, r in enumerate(rows):
+                r[index].conv_states[0].copy_(layer.conv_states[0][i:i + 1])
+                r[index].recurrent_states[0].copy_(layer.recurrent_states[0][i:i + 1])
+        logits = out.logits[:, -1].float()
+        for i, backend in enumerate(backends):
+            backend._logits = logits[i]
+            backend.position += 1
+            backend.residuals = []
+
+    def _forward(self, ids: list[int]):
+        torch = self.torch
+        n = len(ids)
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([ids], device=self.device), past_key_values=self.cache,
+                             position_ids=torch.arange(self.position, self.position + n,
+                                                       device=self.device)[None],
+                             use_cache=True, attention_mask=_masks(self.layer_types, n))
+        self.position += n
+        return out.logits[0].float()
+
+
+def _masks(layer_types, n: int):
+    """Attention masks for a forward of ``n`` tokens. One token attends to every cached key, so no mask is built
+    (transformers refuses to build one for an all-linear model); several tokens with full-attention layers need the
+    causal mask transformers builds when given None."""
+    if n == 1 or "full_attention" not in layer_types:
+        return {"full_attention": None, "linear_attention": None}
+    return None
+
+
+def new_cache(model, batch: int = 1, device: str = "cpu"):
+    """A DynamicCache whose linear-attention layers start from zero states, so that every token, the first one
+    included, takes the same path as the ones after it (a first forward without states would take the prefill
+    path). Full-attention layers start empty."""
+    import torch
+    from transformers import DynamicCache
+    config = model.config
+    cache = DynamicCache(config=config)
+    dtype = next(model.parameters()).dtype
+    conv_dim = 2 * config.linear_num_key_heads * config.linear_key_head_dim + \
+        config.linear_num_value_heads * config.linear_value_head_dim
+    for kind, layer in zip(config.layer_types, cache.layers):
+        if kind != "linear_attention":
+            continue
+        layer.lazy_initialization(
+            conv_states=torch.zeros(batch, conv_dim, config.linear_conv_kernel_dim, dtype=dtype, device=device),
+            recurrent_states=torch.zeros(batch, config.linear_num_value_heads, config.linear_key_head_dim,
+                                         config.linear_value_head_dim, dtype=torch.float32, device=device))
+        layer.has_previous_state[0] = True
+    return cache
+
+
+def _cache_state(cache) -> list:
+    """A copy of every layer's cached tensors: (conv, recurrent) for linear attention, (keys, values) for full."""
+    states = []
+    for kind, layer in zip(_types(cache), cache.layers):
+        if kind == "linear_attention":
+            states.append(("linear", layer.conv_states[0].clone(), layer.recurrent_states[0].clone()))
+        elif getattr(layer, "is_initialized", False):
+            states.append(("full", layer.keys.clone(), layer.values.clone()))
+        else:
+            states.append(("empty",))
+    return states
+
+
+def _types(cache) -> list[str]:
+    """Each cache layer's kind: a linear-attention layer holds recurrent states (new_cache initialised them)."""
+    return ["linear_attention" if getattr(layer, "is_recurrent_states_initialized", {}).get(0) else "full_attention"
+            for layer in cache.layers]
+
+
+def _set_cache_state(cache, states) -> None:
+    for layer, state in zip(cache.layers, states):    # states record each layer's kind
+        if state[0] == "linear":
+            layer.conv_states[0].copy_(state[1])
+            layer.recurrent_states[0].copy_(state[2])
+        elif state[0] == "full":
+            layer.keys, layer.values = state[1].clone(), state[2].clone()
+        elif getattr(layer, "is_initialized", False):
+            layer.keys, layer.values = layer.keys[..., :0, :], layer.values[..., :0, :]
 
 
 def main(argv=None) -> None:

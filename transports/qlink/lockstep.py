@@ -19,6 +19,7 @@ from collections import deque
 
 from qccl.errors import DeadlockError, RemoteError, UnhandledDeviceError
 from qccl.transport import Launch, Read, Stall, Write
+from qwengpu.circuit.batched import run_windows
 
 from .fabric import Fabric, Status
 
@@ -154,15 +155,21 @@ class Lockstep:
             packets: list = []
             status: dict = {}
             error = None
+            live = [r for r in self.fabric.local_ranks if r not in self.aborted]
+            sent = {r: [] for r in live}
+            # One call for all local ranks: on a shared model backend their windows run together, each token
+            # position one batched forward (qwengpu.circuit.batched); packets are then gathered in rank order.
+            outcomes = run_windows(self.devices, live, lambda r: self._window(r, sent[r]))
             for r in self.fabric.local_ranks:
                 if r in self.aborted:
                     status[r] = Status()
                     continue
-                try:
-                    status[r] = self._window(r, packets)
-                except Exception as e:      # a machine error: every rank learns of it at this exchange
-                    error = e
+                if isinstance(outcomes[r], Exception):      # a machine error: every rank learns of it at the exchange
+                    error = outcomes[r]
                     status[r] = Status(error=True)
+                else:
+                    status[r] = outcomes[r]
+                packets.extend(sent[r])
             incoming, statuses, moved = self.fabric.exchange(packets, status)
             self.windows += 1
             for r, toks in incoming.items():

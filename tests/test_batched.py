@@ -1,0 +1,99 @@
+"""Several ranks in one forward (qwengpu.circuit.batched): the ranks' token streams are the unbatched ones.
+
+The reference is the interpreter running the same host operations on each rank; the batched runs go through
+run_windows, the function QLink's lockstep calls for every window."""
+import numpy as np
+import pytest
+import torch
+
+from qwengpu import Device
+from qwengpu.circuit.batched import Rendezvous, run_windows
+from qwengpu.circuit.model import ModelBackend
+
+
+def programs():
+    """A different sequence of host copies per rank (different lengths, so ranks leave the batch at different
+    times)."""
+    rng = np.random.default_rng(5)
+    out = []
+    for rank in range(3):
+        words = rng.integers(-2**31, 2**31, 2 + rank).astype(np.int32)
+
+        def run(dev, words=words, rank=rank):
+            dev.write(10 * rank, words)
+            return dev.read(10 * rank, len(words))
+        out.append((words, run))
+    return out
+
+
+def reference_streams():
+    streams = []
+    for _, run in programs():
+        dev = Device()
+        run(dev)
+        streams.append([t.id for t in dev.tokens])
+    return streams
+
+
+def run_batched(devices, force=False):
+    rendezvous = Rendezvous()
+    runs = dict(enumerate(run for _, run in programs()))
+    outcomes = run_windows(devices, list(devices), lambda r: runs[r](devices[r]), force=force, rendezvous=rendezvous)
+    for rank, (words, _) in enumerate(programs()):
+        assert not isinstance(outcomes[rank], Exception), outcomes[rank]
+        np.testing.assert_array_equal(outcomes[rank], words)
+    return rendezvous
+
+
+def test_circuit_ranks_in_a_rendezvous_write_the_unbatched_streams():
+    devices = {r: Device(backend="circuit") for r in range(3)}
+    rendezvous = run_batched(devices, force=True)
+    assert [[t.id for t in devices[r].tokens] for r in range(3)] == reference_streams()
+    assert max(rendezvous.batch_sizes) == 3 and rendezvous.forwards < sum(len(s) for s in reference_streams())
+
+
+def test_bf16_model_ranks_share_one_forward_and_write_the_unbatched_streams():
+    devices = {r: Device(backend="model", dtype="bfloat16") for r in range(3)}
+    assert len({id(d.backend.model) for d in devices.values()}) == 1          # one model for the ranks
+    rendezvous = run_batched(devices)
+    streams = reference_streams()
+    assert [[t.id for t in devices[r].tokens] for r in range(3)] == streams
+    assert rendezvous.forwards == max(len(s) for s in streams)               # one forward per position
+    assert rendezvous.batch_sizes[0] == 3
+
+
+def test_forward_batch_rows_equal_single_forwards():
+    """Row i of a batched forward gives the logits a forward of backend i alone gives (bit for bit)."""
+    tokens = [[65536 + 127 + 1 + 5, 7], [65536 + 3, 9]]         # READ 5 / MEM 3 then a VAL
+    alone = []
+    for sequence in tokens:
+        backend = ModelBackend()
+        for token in sequence:
+            backend.feed(token)
+        alone.append(backend._logits.clone())
+    backends = [ModelBackend(), ModelBackend()]
+    for step in range(2):
+        ModelBackend.forward_batch(backends, [sequence[step] for sequence in tokens])
+    for backend, logits in zip(backends, alone):
+        assert torch.equal(backend._logits, logits)
+
+
+def test_a_rank_that_fails_does_not_hold_the_others():
+    devices = {r: Device(backend="circuit") for r in range(2)}
+
+    def window(rank):
+        if rank == 0:
+            raise ValueError("rank 0 fails before feeding")
+        devices[rank].write(0, [5])
+        return devices[rank].read(0, 1)
+    outcomes = run_windows(devices, [0, 1], window, force=True)
+    assert isinstance(outcomes[0], ValueError)
+    np.testing.assert_array_equal(outcomes[1], [5])
+
+
+@pytest.mark.parametrize("force", [False])
+def test_the_interpreter_runs_windows_in_order(force):
+    devices = {r: Device() for r in range(2)}
+    order = []
+    run_windows(devices, [1, 0], lambda r: order.append(r), force=force)
+    assert order == [1, 0]
