@@ -317,3 +317,88 @@ def test_the_nccl_comparison_runs_or_skips_with_the_reason(tmp_path):
     assert {r["collective"] for r in rows if r["backend"] == "qlink"} == set(nccl_compare.KINDS)
     if doc["gpu"] != "yes":
         assert all(r["result"].startswith("skipped: ") for r in rows if r["backend"] in ("nccl", "cupy"))
+
+
+class QueuedGpu(FakeGpu):
+    """The double with streams: work runs in stream order, a launch only once the flags it spins on are set (as a
+    spinning kernel would finish only then), so a wrong submission order really hangs."""
+
+    def __init__(self):
+        super().__init__()
+        self.queues = []
+
+    def stream(self, dev):
+        self.queues.append([[], 0])         # ops, how many ran
+        return len(self.queues) - 1
+
+    def h2d(self, dst, host, stream):
+        data = host.copy()
+        self.queues[stream][0].append(lambda: FakeGpu.h2d(self, dst, data, stream) or True)
+
+    def d2h(self, host, src, stream):
+        self.queues[stream][0].append(lambda: FakeGpu.d2h(self, host, src, stream) or True)
+
+    def launch(self, dev, fn, threads, args, stream):
+        def run():
+            try:
+                FakeGpu.launch(self, dev, fn, threads, args, stream)
+                return True
+            except AssertionError:          # its flag is not there yet: it spins
+                self.log.pop()
+                return False
+        self.queues[stream][0].append(run)
+
+    def _progress(self):
+        moved = True
+        while moved:
+            moved = False
+            for q in self.queues:
+                while q[1] < len(q[0]) and q[0][q[1]]():
+                    q[1] += 1
+                    moved = True
+
+    def event(self, dev, stream):
+        return stream, len(self.queues[stream][0])
+
+    def done(self, ev):
+        self._progress()
+        return self.queues[ev[0]][1] >= ev[1]
+
+    def wait(self, ev):
+        assert self.done(ev), "a host wait on work that cannot finish"
+
+
+def test_the_watchdog_names_who_waits_for_what(monkeypatch):
+    """Submitted in program order instead of the safe order, a one-slot ring really hangs on the double; the
+    watchdog reads the flags back and names each rank's kernel, flag, value and awaited value."""
+    gpu = QueuedGpu()
+    monkeypatch.setattr(W, "CupyGpu", lambda: gpu)
+
+    def program_order(self, may_wait=True):
+        out = [(r, op) for r, ops in self.pending.items() for op in ops]
+        for ops in self.pending.values():
+            ops.clear()
+        return out
+    monkeypatch.setattr(W.Orderer, "take", program_order)
+    comms = qccl.Communicator.init_all(3, transport="cupy", config={"fifo_slots": 1,
+                                                                    "transport_options": {"timeout": 0.3}})
+    x = [np.arange(16, dtype=np.int32) for _ in range(3)]
+    y = [np.zeros(16, np.int32) for _ in range(3)]
+    with pytest.raises(qccl.DeadlockError, match="GPU watchdog") as e:
+        with qccl.group():
+            for c in comms:
+                c.allreduce(x[c.rank], y[c.rank])
+    text = str(e.value)
+    assert set(e.value.waits) == {0, 1, 2}
+    for r, w in e.value.waits.items():
+        assert f"rank {r}: kernel prim spins on address" in text
+        assert w.flag in ("ring.head", "ring.tail") and w.value < w.expected
+
+
+def test_the_safe_order_finishes_on_the_queued_double(monkeypatch):
+    gpu = QueuedGpu()
+    monkeypatch.setattr(W, "CupyGpu", lambda: gpu)
+    comms = qccl.Communicator.init_all(4, transport="cupy")
+    for kind, algo in (("allreduce", None), ("allreduce", "multicast"), ("sendrecv", None)):
+        y, want = _run(comms, kind, np.int64, count=13, algo=algo, seed=5)
+        assert all(np.array_equal(a, b) for a, b in zip(y, want)), kind
