@@ -229,6 +229,9 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False) -> d
                         print(f"MISMATCH\n{cuda_source(case.body)}x={case.x} s0={case.s0} s1={case.s1} "
                               f"out0={case.out}\n machine {got}\n C       {want}", flush=True)
             done += len(cases)
+            if verbose:
+                print(f"... {report['tried']} tried, {report['ran']} ran, {len(report['mismatches'])} mismatches",
+                      flush=True)
     return report
 
 

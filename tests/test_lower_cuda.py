@@ -212,3 +212,14 @@ def test_atomic_ops_from_every_lane_into_one_word(fn, combine):
     dev.write(8, x)
     dev.launch(dev.load_kernel(source, "k"), threads=6, args=[0, 8])
     np.testing.assert_array_equal(dev.read(0, 1), [combine.reduce(np.concatenate([[9], x]))])
+
+
+def test_a_64_bit_integer_argument_is_a_value_not_a_pointer():
+    source = r'''extern "C" __global__ void k(int *out, size_t n, long long bias) {
+      size_t i = threadIdx.x; if (i < n) out[i] = (int)(i + bias); }'''
+    dev = Device()
+    dev.write(0, np.full(4, -1))
+    dev.launch(dev.load_kernel(source, "k"), threads=4, args=[0, 3, -20])
+    np.testing.assert_array_equal(dev.read(0, 4), [-20, -19, -18, -1])
+    with pytest.raises(MachineError, match="does not fit 32 bits"):
+        dev.launch(dev.load_kernel(source, "k"), threads=4, args=[0, 1 << 40, 0])

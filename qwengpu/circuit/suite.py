@@ -143,6 +143,27 @@ def collective_streams(nranks: int = 2, count: int = 4, ops=("sum", "max", "prod
     return streams
 
 
+def simt_loop_stream():
+    """A hand-made SIMT loop (the 'any' branch): each lane counts its word down to zero (trips 2, 0, 1, 2), adding
+    3 a trip; lanes that are done stay masked off while the others go on."""
+    from ..device import Kernel
+    from ..isa import EXIT, NONE, TID, Block, Operand
+    from ..lowering import Program
+    blocks = [
+        Block(op="ne", a=Operand(TID), load=True, b=Operand(NONE, 0), dst=1),              # active: x != 0
+        Block(op="a", a=Operand(TID), load=True, dst=0),                                    # r0 = x[tid]
+        Block(op="sub", a=Operand(0), b=Operand(NONE, 1), dst=0, pred=1),                  # @r1 r0 -= 1
+        Block(op="add", a=Operand(2), b=Operand(NONE, 3), dst=2, pred=1),                  # @r1 r2 += 3
+        Block(op="ne", a=Operand(0), b=Operand(NONE, 0), dst=1, branch="any", target=2),   # any lane left?
+        Block(op="a", a=Operand(2), store=TID, store_imm=4, store_enable=True, branch="always", target=EXIT),
+    ]
+    dev = Device()
+    dev.write(0, [2, 0, 1, 2])
+    dev.launch(Kernel.from_program(Program("count down", blocks, 3, False, [])), threads=4, args=[])
+    dev.read(4, 4)
+    return dev.tokens
+
+
 def idiom_streams(seed: int = 11, short: bool = False):
     """qwengpu/kernels/idioms.cu, CUDA as people write it: a grid-stride saxpy with a ragged tail on a two-block
     grid (SIMT loop: the 'any' branch), abs / min / max / an unsigned compare, an atomic histogram on computed
@@ -175,7 +196,7 @@ def kernel_streams(fuzz_seeds: int = 1, idioms: bool = True):
     from .fuzz import random_stream
     return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), ("sgd", sgd_stream()),
             *mlp_streams(), *collective_streams(), *collective_streams(3, 3, ops=("avg",), seed=8, others=False),
-            *(idiom_streams() if idioms else []),
+            *((("simt loop", simt_loop_stream()), *idiom_streams()) if idioms else ()),
             *((f"random program {seed}", random_stream(seed, SUPPORTED_OPS)) for seed in range(fuzz_seeds))]
 
 

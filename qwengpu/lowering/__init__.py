@@ -31,19 +31,40 @@ from .fuse import fuse
 from .mop import Program
 from .propagate import propagate
 from .regalloc import allocate
+from ..ptx import Instruction, Mem, Reg
+from .pointers import address_registers
 from .values import MASK32, Const, Context
 
-__all__ = ["lower", "Program", "bind_arguments"]
+__all__ = ["lower", "Program", "bind_arguments", "pointer_parameters"]
+
+
+def pointer_parameters(kernel) -> set[str]:
+    """The 64-bit parameters the kernel uses as addresses (a ``size_t n`` is a 64-bit value, not a pointer)."""
+    addresses = address_registers(kernel.body)
+    pointers = set()
+    for inst in kernel.body:
+        if isinstance(inst, Instruction) and inst.base == "ld" and "param" in inst.modifiers:
+            mem = inst.operands[1]
+            if isinstance(mem, Mem) and isinstance(inst.operands[0], Reg) and inst.operands[0].name in addresses:
+                pointers.add(mem.base)
+    return pointers
 
 
 def bind_arguments(kernel, args: list[int]) -> dict:
-    """Launch arguments as constants: pointers (64-bit parameters) as byte addresses, integers as 32-bit words."""
+    """Launch arguments as constants: pointers (64-bit parameters used as addresses) as byte addresses, integers as
+    words (a 64-bit integer must fit 32 bits)."""
     if len(args) != len(kernel.params):
         names = ", ".join(f"{p.name}: {p.type}" for p in kernel.params)
         raise MachineError(f"kernel {kernel.name} takes {len(kernel.params)} arguments ({names}), got {len(args)}")
     params = {}
+    pointers = pointer_parameters(kernel)
     for param, value in zip(kernel.params, args):
-        if param.type.endswith("64"):
+        if param.type.endswith("64") and param.name not in pointers:
+            if not -(1 << 31) <= value < (1 << 32):
+                raise MachineError(f"kernel {kernel.name} argument {param.name}: {value} does not fit 32 bits (the "
+                                   "machine's words)")
+            params[param.name] = Const(value & ((1 << 64) - 1) if value >= 0 else value & ((1 << 64) - 1))
+        elif param.type.endswith("64"):
             if not 0 <= value <= isa.SINK:
                 raise MachineError(f"kernel {kernel.name} argument {param.name}: pointer {value} is not a device "
                                    f"word address 0..{isa.SINK}")

@@ -731,6 +731,28 @@ class Emitter:
         else:
             raise unsupported(inst, "this instruction cannot compute an address")
 
+    def _extension(self, read, operand, seen: frozenset = frozenset()) -> str | None:
+        """"u" when a 64-bit operand's value is a zero-extended 32-bit value, "s" when sign-extended, else None."""
+        value = read(operand) if not seen else None
+        if isinstance(value, Const):
+            v = value.value
+            return "u" if v < (1 << 31) else ("u" if v < (1 << 32) else ("s" if v >= (1 << 64) - (1 << 31) else None))
+        if isinstance(value, Affine):
+            ends = [value.coef * t + value.offset for t in (0, self.context.threads - 1)]
+            return "u" if 0 <= min(ends) and max(ends) < (1 << 31) else None
+        if not isinstance(operand, Reg) or operand.name in seen or operand.name in self.addresses:
+            return None
+        kinds = set()
+        for inst in self.definitions.get(operand.name, []):
+            typed = types(inst)
+            if inst.base == "cvt" and len(typed) == 2 and (bits_of(typed[1]) or 64) <= 32:
+                kinds.add("s" if typed[1].startswith("s") else "u")
+            elif inst.base == "mov" and isinstance(inst.operands[1], (Reg, Imm)):
+                kinds.add(self._extension(read, inst.operands[1], seen | {operand.name}))
+            else:
+                return None
+        return kinds.pop() if len(kinds) == 1 else None
+
     def _aligned(self, register: str, seen: frozenset = frozenset()) -> bool:
         """Whether every definition of a plain register makes a multiple of 4 (so a byte offset held in it is a
         whole number of words)."""
@@ -998,8 +1020,14 @@ class Emitter:
         if cmp is None or len(mods) != 2:
             raise unsupported(inst, "setp with a combining operation or a float comparison")
         bits = width(inst)
-        self._need_fits(bits)
         unsigned_cmp = mods[0] in ("lo", "ls", "hi", "hs") or not signed(inst)
+        if bits > 32:
+            # A 64-bit compare of values that are 32-bit values extended (size_t i = threadIdx.x; i < n) is the
+            # 32-bit compare of their low words.
+            kinds = {self._extension(read, o) for o in sources(inst)[:2]}
+            if kinds == {"u"} and (unsigned_cmp or cmp in ("eq", "ne")) or kinds == {"s"}:
+                bits = 32
+        self._need_fits(bits)
         op = cmp if cmp in ("eq", "ne") else f"{cmp}_{'u' if unsigned_cmp else 's'}"
         is_signed = not unsigned_cmp and cmp not in ("eq", "ne")
         a, b = self._extended(read, 0, bits, is_signed), self._extended(read, 1, bits, is_signed)

@@ -86,13 +86,14 @@ def _decided_by_range(inst: Instruction, a, b, context: Context):
                               None, False, inst.line, inst.text)
         return _decided_by_range(flipped, b, a, context)
     bits = width(inst)
-    if not (isinstance(a, Affine) and isinstance(b, Const)) or bits > 32:
+    if not (isinstance(a, Affine) and isinstance(b, Const)):
         return DYNAMIC
     ends = [a.coef * t + a.offset for t in (0, context.threads - 1)]
     lo, hi = min(ends), max(ends)
     if lo < -(1 << 31) or hi >= (1 << 31) or hi - lo > 4096:
         return DYNAMIC
-    results = {fold(inst, [(a.coef * t + a.offset) & MASK32, b.value]) for t in range(context.threads)}
+    mask = MASK64 if bits > 32 else MASK32
+    results = {fold(inst, [(a.coef * t + a.offset) & mask, b.value]) for t in range(context.threads)}
     return Const(results.pop()) if len(results) == 1 else DYNAMIC
 
 
