@@ -48,10 +48,12 @@ def connect(nranks: int, rank: int, uid):
 
 
 def join(store, nranks: int, rank: int, token: str, timeout: float | None = None,
-         prefix: str | None = None) -> "L.Liveness":
+         prefix: str | None = None, same_id: bool = True) -> "L.Liveness":
     """Meet the other ranks of this process's next world; returns this rank's Liveness for it. ``prefix``: the
     world's keys (default: by how many worlds this process joined before, which is the same on every rank of an
-    SPMD program; torch's groups give each group a store of its own, and pass "qccl")."""
+    SPMD program; torch's groups give each group a store of its own, and pass "qccl"). ``same_id``: every rank must
+    pass rank 0's unique id (False under torchrun without qccl.launch, where each process made its own: rank 0's is
+    then the communicator's, shared through the store as if rank 0 had broadcast it)."""
     global _joined
     timeout = L.INIT_TIMEOUT if timeout is None else timeout
     if prefix is None:
@@ -80,7 +82,7 @@ def join(store, nranks: int, rank: int, token: str, timeout: float | None = None
             live.leave("init refused")
             raise InvalidArgument(f"rank {r} joined a communicator of {size} ranks, rank {rank} one of {nranks} "
                                   "(every rank must pass the same nranks)")
-        if theirs != token:
+        if theirs != token and same_id:
             live.leave("init refused")
             raise InvalidArgument(f"rank {r} joined with unique id {theirs}, rank {rank} with {token} (every rank "
                                   "must use the id rank 0 created: get_unique_id() once, then share it)")
@@ -103,7 +105,9 @@ def process_fabric(nranks: int, rank: int, burst: int, uid):
     from .fabric import GlooFabric
     store, _ = connect(nranks, rank, uid)
     token = str(getattr(uid, "token", uid))
-    live = join(store, nranks, rank, token, prefix="qccl" if getattr(uid, "store", None) is not None else None)
+    given = getattr(uid, "address", None) or getattr(uid, "store", None) is not None
+    live = join(store, nranks, rank, token, prefix="qccl" if getattr(uid, "store", None) is not None else None,
+                same_id=bool(given))
     try:
         group = gloo_group(store, live)
     except BaseException:
