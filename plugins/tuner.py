@@ -21,6 +21,8 @@ ORDER = ("ring", "multicast")       # the preference on equal cost
 
 def choose(request) -> Tuning:
     """The cheapest of ``request.algos`` by the cost model (ties: the earlier in ORDER)."""
+    if len(request.algos) == 1:         # nothing to choose (qccl.plugins.tune does not even ask)
+        return Tuning(request.algos[0], chunk(request, request.algos[0]), None, "qccl_plugins.tuner")
     best = None
     for algo in sorted(request.algos, key=lambda a: ORDER.index(a) if a in ORDER else len(ORDER)):
         est = cost.estimate(request.kind, request.nranks, request.count, algo, request.root, request.config,
@@ -28,8 +30,19 @@ def choose(request) -> Tuning:
         if est.deadlock:
             continue
         if best is None or est.max < best.tokens:
-            best = Tuning(algo, None, est.max, "qccl_plugins.tuner")
+            best = Tuning(algo, chunk(request, algo), est.max, "qccl_plugins.tuner")
     return best
+
+
+def chunk(request, algo: str) -> int:
+    """The words per chunk the algorithm's schedule uses on this communicator's heap (qccl.schedule): the ring's slot;
+    multicast: AllReduce min(slot, window / n), AllGather window / n, Broadcast the window. Reported with the choice;
+    the heap's sizes (config slot_words, window_words) are what sets them."""
+    heap = cost._heap(request.nranks, 0, request.config)
+    if algo == "ring" or heap.multicast is None:
+        return heap.slot_words
+    window, n = heap.multicast.window_words, request.nranks
+    return {"allreduce": min(heap.slot_words, window // n), "allgather": window // n}.get(request.kind, window)
 
 
 @hookimpl(trylast=True)

@@ -33,6 +33,17 @@ def test_the_model_predicts_the_winner_and_exact_two_rank_ring_costs():
         assert cost.estimate(kind, 2, count, "ring").max == _cost(kind, 2, count, "ring")
 
 
+def test_the_choice_reports_its_chunk_and_predicted_cost():
+    from qccl.hookspecs import TuneRequest
+    from qccl_plugins import tuner
+    # 4 ranks x 16 words: multicast is the cheaper (measured in test_auto_never_costlier); its AllReduce blocks are
+    # a 16-word window shared by 4 ranks: 4 words
+    t = tuner.choose(TuneRequest("allreduce", 4, 16, "int32", "sum", None, ("ring", "multicast"), {}))
+    assert (t.algo, t.chunk) == ("multicast", 4) and t.tokens == cost.estimate("allreduce", 4, 16, "multicast").max
+    t = tuner.choose(TuneRequest("reduce", 4, 16, "int32", "sum", 0, ("ring",), {"slot_words": 6}))
+    assert (t.algo, t.chunk) == ("ring", 6)
+
+
 def test_single_algorithm_collectives_and_the_config_default():
     assert run(3, "reduce", 5, algo=None, seed=1).ok
     comms = qccl.Communicator.init_all(3, config={"algo": "auto"})
