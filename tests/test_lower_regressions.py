@@ -127,3 +127,13 @@ def test_predicate_constant_true_is_one():
     """mov.pred %p, -1 is true: xor with it is a negation (it once xored with all ones)."""
     x = np.array([0, 5, 1, 7])
     np.testing.assert_array_equal(run(PRED_CONST_PTX, 4, [0], {0: list(x)}, (0, 4)), (~(x < 2)).astype(int))
+
+
+@needs_nvrtc
+def test_narrow_immediates_are_their_low_bits():
+    """Found by the fuzzer: NVRTC divides a small value by 3 with ``mul.wide.u16 %r, %rs, -21845`` (0xAAAB)."""
+    src = ('extern "C" __global__ void k(int *out, const int *x) { '
+           'out[threadIdx.x] = (int)((unsigned)((int)((unsigned)x[threadIdx.x] % 8u) / 3)); }')
+    x = np.array([-11, 10, -133713416, 780154049])
+    expect = ((x.astype(np.int64) & 0xFFFFFFFF) % 8) // 3
+    np.testing.assert_array_equal(run(src, 4, [0, 8], {8: list(x)}, (0, 4)), expect)

@@ -203,7 +203,12 @@ class Emitter:
         if isinstance(operand, Reg) and operand.name in self.addresses:
             raise MachineError(f"line {self.inst.line}: {operand.name} holds an address and is used here as a "
                                f"value (pointer arithmetic outside an address is not supported): {self.inst.text}")
-        return self.value_operand(operand, read(operand))
+        value = read(operand)
+        bits = width(self.inst)
+        if isinstance(value, Const) and bits < 32:
+            # An immediate of a narrow instruction is its low bits (``mul.wide.u16 %r, %rs, -21845`` is 0xAAAB).
+            value = Const(value.value & ((1 << bits) - 1))
+        return self.value_operand(operand, value)
 
     def word(self, read, operand) -> tuple:
         """An operand of address arithmetic, in words."""
