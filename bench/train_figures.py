@@ -42,12 +42,12 @@ def run_all(xor_steps: int, mnist_steps: int, quiet: bool, only=RUNS) -> dict:
 
 
 def table(results: dict) -> str:
-    lines = ["| run | steps | tokens / step / rank (median; min-max) | comm. tokens / step | launches / step | "
+    lines = ["| run | steps | tokens / step / rank (median; min-max) | qccl-call tokens / step | launches / step | "
              "words used | wall | result | seed |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         tok = r["tokens_per_step"]
-        comm = r.get("comm_tokens_per_step", {}).get("median")
+        comm = r.get("collective_tokens_per_step", {}).get("median")
         if "correct_of_4" in r:
             outcome = f"{r['correct_of_4'][0]}/4 XOR points right"
         else:

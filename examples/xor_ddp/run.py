@@ -10,6 +10,7 @@ number below comes out of the machines, and the replay only checks them.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ class XorRun:
         points = rng.integers(0, 4, DATASET)
         self.shards = [points[r * DATASET // nranks:(r + 1) * DATASET // nranks] for r in range(nranks)]
         self.replay_p = R.init_params(seed)
-        self.comm_tokens: list[list[int]] = []
+        self.collective_tokens = [0] * nranks      # tokens written inside qccl calls this step, per rank
 
     # -- data --------------------------------------------------------------------------------------------------------
     def minibatch(self, step: int, rank: int) -> np.ndarray:
@@ -89,11 +90,20 @@ class XorRun:
         """DDP: AllReduce the gradients, copy the sums in, SGD on all 32 parameters."""
         m = self.m
         summed = {r: np.zeros(PARAMS, np.int32) for r in m.ranks}
-        with qccl.group():
-            for c in m.comms:
-                c.allreduce(grads[c.rank], summed[c.rank], op=qccl.SUM)
+        with self.collective():
+            with qccl.group():
+                for c in m.comms:
+                    c.allreduce(grads[c.rank], summed[c.rank], op=qccl.SUM)
         m.run({r: [m.write(self.g, summed[r]), m.launch(KERNELS["xor_sgd"], PARAMS, (self.p, self.g), "sgd")]
                for r in m.ranks})
+
+    @contextlib.contextmanager
+    def collective(self):
+        """Count the tokens each rank writes inside the qccl calls of the block (the communication's cost)."""
+        before = self.m.tokens_written()
+        yield
+        self.collective_tokens = [c + a - b for c, a, b in zip(self.collective_tokens, self.m.tokens_written(),
+                                                                  before)]
 
     # -- the replay ----------------------------------------------------------------------------------------------------
     def replay_step(self, step: int) -> tuple[dict, dict]:
@@ -132,6 +142,7 @@ class XorRun:
         progress = common.Progress(steps, self.name, quiet)
         for step in range(steps):
             t0, l0 = m.tokens_written(), m.launches()
+            self.collective_tokens = [0] * self.nranks
             grads, losses = self.compute(step)
             t1 = m.tokens_written()
             self.communicate(grads)
@@ -142,6 +153,8 @@ class XorRun:
             common.check_equal("parameters", step, m.read_all(self.p, PARAMS), self.replay_p)
             comm = [b - a for a, b in zip(t1, t2)]
             row = log.add(step, t0, t2, l0, l2, comm_tokens_min=min(comm), comm_tokens_max=max(comm),
+                          collective_tokens_min=min(self.collective_tokens),
+                          collective_tokens_max=max(self.collective_tokens),
                           loss=[int(losses[r][0]) for r in m.ranks])
             progress.update(row["loss"][0], sum(t2))
             if on_step is not None:
@@ -156,6 +169,7 @@ class XorRun:
             "tokens_per_step": common.summary(log.rows, "tokens_max") | {"min_over_ranks": common.summary(
                 log.rows, "tokens_min")},
             "comm_tokens_per_step": common.summary(log.rows, "comm_tokens_max"),
+            "collective_tokens_per_step": common.summary(log.rows, "collective_tokens_max"),
             "launches_per_step": common.summary(log.rows, "launches"),
             "memory_map": m.memory_map(), "correct_of_4": correct, "rebases_per_rank": m.rebases(),
             "final_loss_q8": log.rows[-1]["loss"], "replay_checked_steps": steps, "steps_log": log.rows,
@@ -174,7 +188,8 @@ def report(result: dict) -> None:
     print(f"{result['run']}: {result['steps']} steps on {result['ranks']} {result['backend']} QwenGPUs in "
           f"{result['wall_s']} s; every step equal to the numpy replay on every rank")
     print(f"  tokens written per step per rank: median {tok['median']:.0f} (min over ranks {tok['min_over_ranks']['min']}, "
-          f"max {tok['max']}); communication {result['comm_tokens_per_step']['median']:.0f}; launches per step "
+          f"max {tok['max']}); communication and update {result['comm_tokens_per_step']['median']:.0f}, of which "
+          f"qccl calls {result['collective_tokens_per_step']['median']:.0f}; launches per step "
           f"{result['launches_per_step']['max']}")
     print(f"  final loss words (Q8, per rank): {result['final_loss_q8']}; XOR points right: {result['correct_of_4']}; "
           f"context rebases per rank: {result['rebases_per_rank']}")

@@ -31,7 +31,7 @@ class ZeroRun(ddp.XorRun):
     def communicate(self, grads: dict) -> None:
         m, K = self.m, ddp.KERNELS
         shard = {r: np.zeros(SHARD, np.int32) for r in m.ranks}
-        with qccl.group():
+        with self.collective(), qccl.group():
             for c in m.comms:
                 c.reduce_scatter(grads[c.rank], shard[c.rank], op=qccl.SUM)
         updated = {r: np.zeros(SHARD, np.int32) for r in m.ranks}
@@ -39,7 +39,7 @@ class ZeroRun(ddp.XorRun):
                    m.launch(K["xor_sgd"], SHARD, (self.p + SHARD * r, self.g + SHARD * r), "sgd (own quarter)"),
                    m.read(self.p + SHARD * r, updated[r])] for r in m.ranks})
         gathered = {r: np.zeros(ddp.PARAMS, np.int32) for r in m.ranks}
-        with qccl.group():
+        with self.collective(), qccl.group():
             for c in m.comms:
                 c.allgather(updated[c.rank], gathered[c.rank], algo="multicast")
         m.run({r: [m.write(self.p, gathered[r])] for r in m.ranks})
