@@ -147,12 +147,20 @@ def bound(fault: str, rank: int, victim: int) -> float:
     return DEAD_AFTER + 2 * SLACK
 
 
-def inject(fault: str, n: int, victim: int, at: int, calls: int, seed: int) -> dict:
+def inject(fault: str, n: int, victim: int, at: int, calls: int, seed: int, launcher: str = "qccl") -> dict:
+    """One injection under ``launcher`` ("qccl": python -m qccl.launch; "torchrun": torch's own launcher, which
+    stops the other ranks itself once one fails, so there qccl's errors race with its SIGTERM)."""
     with tempfile.TemporaryDirectory(prefix="qccl-fault-") as d:
         env = dict(os.environ, QCCL_TIMEOUT=str(CALL_TIMEOUT), QCCL_DEAD_AFTER=str(DEAD_AFTER))
-        cmd = [sys.executable, "-m", "qccl.launch", "-n", str(n), "--grace", str(GRACE), "-m", "qccl_bench.faults",
-               "--worker", "--fault", fault if fault != "launcher" else "none", "--victim", str(victim),
-               "--at", str(at), "--calls", str(calls), "--seed", str(seed), "--report", d]
+        if launcher == "torchrun":
+            if fault == "launcher":
+                raise ValueError("the launcher fault is qccl.launch's (torchrun's agent is torch's)")
+            start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
+        else:
+            start = [sys.executable, "-m", "qccl.launch", "-n", str(n), "--grace", str(GRACE)]
+        cmd = start + ["-m", "qccl_bench.faults", "--worker", "--fault", fault if fault != "launcher" else "none",
+                       "--victim", str(victim), "--at", str(at), "--calls", str(calls), "--seed", str(seed),
+                       "--report", d]
         t0 = time.time()
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         hung = False
@@ -184,7 +192,8 @@ def inject(fault: str, n: int, victim: int, at: int, calls: int, seed: int) -> d
             rep = json.loads(f.read_text()) if f.exists() else {"rank": r, "error": None, "t_error": None}
             rep["delay"] = None if rep.get("t_error") is None or t_fault is None else rep["t_error"] - t_fault
             ranks.append(rep)
-    return {"fault": fault, "n": n, "victim": victim, "at": at, "seed": seed, "status": p.returncode, "hung": hung,
+    return {"fault": fault, "n": n, "victim": victim, "at": at, "seed": seed, "launcher": launcher,
+            "status": p.returncode, "hung": hung,
             "left": len(left), "wall": end - t0, "t_fault": t_fault, "ranks": ranks, "log": text[-3000:]}
 
 
@@ -200,6 +209,8 @@ def judge(res: dict) -> dict:
         if f == "launcher":
             continue        # every rank dies with the launcher: counted by `left`
         d = rep.get("delay")
+        if d is None and res.get("launcher") == "torchrun" and not res["hung"]:
+            continue        # torchrun's agent stopped it (SIGTERM) before qccl's error: an end, not a hang
         if d is None or d > bound(f, r, v):
             late_ranks.append(r)
         else:
@@ -233,6 +244,7 @@ def main(argv=None) -> int:
     ap.add_argument("--injections", type=int, default=len(FAULTS) * 2)
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--sizes", default="2,4")
+    ap.add_argument("--launcher", default="qccl", choices=("qccl", "torchrun"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--jsonl", default=None, help="append each injection's record to this file as it ends")
     ap.add_argument("--summarize", nargs="*", default=None, help="print the summary of these --jsonl files")
@@ -251,7 +263,7 @@ def main(argv=None) -> int:
     results = []
     for i, (f, n, victim, at, calls, seed) in enumerate(plan(a.injections, a.seed, a.calls, faults,
                                                             tuple(int(x) for x in a.sizes.split(",")))):
-        res = inject(f, n, victim, at, calls, seed)
+        res = inject(f, n, victim, at, calls, seed, a.launcher)
         res.update(judge(res))
         results.append(res)
         if a.jsonl:         # one line per injection as it ends: a long run can be summarised while it goes on

@@ -36,6 +36,16 @@ def test_injected_fault_ends_every_rank_with_an_error(fault, n):
         assert f"rank {n - 1} failed: was killed by SIGKILL" in res["log"]
 
 
+def test_under_torchrun_a_killed_rank_is_named_or_torchrun_stops_the_rest():
+    from qccl_bench.faults import bound, inject, judge
+    res = inject("kill", 2, victim=1, at=1, calls=4, seed=4, launcher="torchrun")
+    assert judge(res)["ok"], (res["ranks"], res["log"])
+    rep = res["ranks"][0]
+    if rep["error"] is not None:        # qccl's error came before torchrun's SIGTERM
+        assert rep["error"].startswith("RemoteError") and "rank 1" in rep["error"], rep
+        assert rep["delay"] <= bound("kill", 0, 1)
+
+
 def _launch(tmp_path, n, body: str, env=None, timeout=120):
     script = tmp_path / "script.py"
     script.write_text("import os, sys, time, threading\nimport numpy as np\nimport qccl\n"
@@ -53,7 +63,7 @@ c = qccl.Communicator.init(n, rank, qccl.get_unique_id())
 x = np.arange(4, dtype=np.int32); y = np.zeros(4, np.int32)
 c.allreduce(x, y)
 if rank == 1:
-    time.sleep(6)        # rank 0's next call waits for it
+    time.sleep(4)        # rank 0's next call waits for it
     try:
         c.allreduce(x, y)
     except qccl.QcclError as e:
