@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-THREADS = 4
 INPUTS = 8
 OUT, X = 0, 16          # device word addresses of out[] and x[]
 
@@ -176,9 +175,10 @@ def make_case(rng: np.random.Generator) -> Case:
     gen = Generator(rng)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
-    out = [int(v) for v in rng.integers(-100, 100, THREADS)]
+    threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
+    out = [int(v) for v in rng.integers(-100, 100, threads)]
     s0, s1 = (int(v) for v in rng.integers(-(1 << 31), 1 << 31, 2))
-    return Case(gen.body(), THREADS, s0, s1, x, out)
+    return Case(gen.body(), threads, s0, s1, x, out)
 
 
 def classify(error: Exception) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 
-from ..isa import IMMEDIATE_DIVISORS, MachineError
+from ..isa import MachineError
 from ..ptx import Imm, Instruction, Mem, Reg
 from .cfg import BasicBlock
 from .mop import MOp
@@ -906,15 +906,16 @@ class Emitter:
         self._divide(read, dst, "rem")
 
     def _divide(self, read, dst, kind):
-        """Division by an immediate 1..8 is the machine's own op (every backend has it); by anything else a
-        software long division (``_long_division``), as real GPUs do it, built from the machine's add, or, shifts
-        and compares so that it runs on every backend."""
+        """Division by a constant (a launch argument or a literal) is the machine's own div / rem op with an
+        immediate (every backend divides by 1..IMMEDIATE_DIVISORS; the circuit refuses others before a launch);
+        by a value the machine computes, a software long division (``_long_division``), as real GPUs do it, built
+        from add, or, shift and compare ops so that it runs on every backend."""
         inst = self.inst
         bits = width(inst)
         is_signed = signed(inst)
         op = f"{kind}_{'s' if is_signed else 'u'}"
         divisor = read(sources(inst)[1])
-        if isinstance(divisor, Const) and 1 <= to_signed(divisor.value, max(bits, 32)) <= IMMEDIATE_DIVISORS:
+        if isinstance(divisor, Const):
             self._binary(read, dst, op, extend=True)
             return
         self._need_fits(bits)
