@@ -97,3 +97,14 @@ def test_the_interpreter_runs_windows_in_order(force):
     order = []
     run_windows(devices, [1, 0], lambda r: order.append(r), force=force)
     assert order == [1, 0]
+
+
+def test_gpu_benchmark_skips_cleanly_without_a_gpu():
+    import subprocess
+    import sys
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: qccl_bench.model_gpu runs for real (a benchmark, not CI)")
+    result = subprocess.run([sys.executable, "-m", "qccl_bench.model_gpu"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "skipped, no CUDA device" in result.stdout

@@ -1,0 +1,218 @@
+"""The model backend fast on a GPU: bf16, transformers' torch path, a static cache with the decode step captured as a
+CUDA graph, ranks batched (batch dimension = rank). Skips cleanly without a GPU.
+
+    python -m qccl_bench.model_gpu                         # on CUDA: every check and figure below
+    python -m qccl_bench.model_gpu --checkpoint merged-2b  # the seed's table on a merged checkpoint
+    python -m qccl_bench.model_gpu --device cpu --steps 4 --ranks 1,2 --no-table   # the same code on the CPU, short
+
+What it prints:
+1. which Gated DeltaNet implementation runs (transformers' torch functions, or the flash-linear-attention /
+   causal-conv1d kernels when those packages import) and that it is exact: the per-layer deviation of the bf16 model
+   from the exact circuit on the vadd stream, decode path and chunked-verify paths (must be 0 everywhere);
+2. decode tokens per second per rank with 1, 4 and 8 ranks batched: each rank's recorded AllReduce stream fed one
+   token per step through the captured graph, every model-written token checked against the recording;
+3. the seed's table: wall time of the six collectives on 4 ranks x 16 words over QLink on the bf16 model (ranks
+   batched into one forward per token when the model is all linear attention), checked against numpy.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import time
+
+import numpy as np
+
+
+def gdn_implementation() -> str:
+    """Which Gated DeltaNet kernels transformers will use here."""
+    fla = importlib.util.find_spec("fla") is not None
+    conv = importlib.util.find_spec("causal_conv1d") is not None
+    if not fla and not conv:
+        return ("transformers' torch reference path (torch_recurrent_gated_delta_rule for decode, "
+                "torch_chunk_gated_delta_rule for chunks; causal_conv1d_update / causal_conv1d_fn in torch): "
+                "flash-linear-attention and causal-conv1d are not installed")
+    return (f"flash-linear-attention {'installed' if fla else 'absent'}, causal-conv1d "
+            f"{'installed' if conv else 'absent'}: transformers uses their kernels where present")
+
+
+class Decoder:
+    """A batched decode step of a model backend's model: ``step(ids)`` feeds one token per row and returns the
+    logits. On CUDA the step is captured once as a CUDA graph over a static cache (inputs copied into fixed
+    tensors, the graph replayed); elsewhere it runs eagerly."""
+
+    def __init__(self, model, batch: int, device: str, graph: bool = True):
+        import torch
+        from qwengpu.circuit.model import new_cache
+        self.torch, self.model = torch, model
+        self.cache = new_cache(model, batch=batch, device=device)
+        self.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.graph = None
+        self.mode = "eager"
+        if graph and device.startswith("cuda") and "full_attention" not in model.config.layer_types:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):         # warm-up runs, as CUDA graph capture requires
+                for _ in range(2):
+                    self._step()
+            torch.cuda.current_stream().wait_stream(stream)
+            self._zero()
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.logits = self._step()
+            self._zero()
+            self.mode = "CUDA graph"
+
+    def _zero(self) -> None:
+        for layer in self.cache.layers:
+            layer.conv_states[0].zero_()
+            layer.recurrent_states[0].zero_()
+
+    def _step(self):
+        with self.torch.no_grad():
+            out = self.model(input_ids=self.ids, past_key_values=self.cache, position_ids=self.positions,
+                             use_cache=True, attention_mask={"full_attention": None, "linear_attention": None})
+        return out.logits[:, -1]
+
+    def step(self, ids):
+        self.ids.copy_(ids)
+        if self.graph is not None:
+            self.graph.replay()
+            logits = self.logits
+        else:
+            logits = self._step()
+        self.positions += 1
+        return logits
+
+
+def decode_rate(model, streams: list, steps: int, device: str, offset: int = 0) -> tuple[float, int, str]:
+    """Teacher-forced batched decode of ``streams`` (one per rank) for ``steps`` steps: (tokens per second per rank,
+    mismatches at model-written positions, graph or eager)."""
+    import torch
+
+    from qwengpu import tokens as T
+    from qwengpu.circuit.verify import _predicted_at
+    decoder = Decoder(model, len(streams), device)
+    steps = min(steps, min(len(s) for s in streams))
+    predicted = []
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    started = time.perf_counter()
+    for position in range(steps):
+        ids = torch.tensor([[offset + s[position].id] for s in streams], device=device)
+        predicted.append((decoder.step(ids).argmax(-1) - offset).tolist())
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    mismatches = 0
+    for rank, stream in enumerate(streams):
+        for position in range(1, steps):
+            token = stream[position]
+            if token.origin == T.MODEL:
+                expected = token.written if token.written is not None else token.id
+                mismatches += predicted[_predicted_at(stream, position)][rank] != expected
+    return steps / seconds, mismatches, decoder.mode
+
+
+def seed_table(backend_options: dict, nranks: int = 4, count: int = 16) -> list[str]:
+    """The six collectives on ``nranks`` x ``count`` words over QLink on the model backend, timed and checked."""
+    import qccl
+    rng = np.random.default_rng(0)
+    send = [rng.integers(-2**20, 2**20, count).astype(np.int32) for _ in range(nranks)]
+    total = np.sum(np.array(send, dtype=np.int64), axis=0).astype(np.int32)
+    part = count // nranks
+    rows = []
+    for name in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "sendrecv"):
+        comms = qccl.Communicator.init_all(nranks, transport="qlink",
+                                           config={"backend": "model", "backend_options": backend_options})
+        recv = [np.zeros(count * (nranks if name == "allgather" else 1), np.int32) for _ in range(nranks)]
+        small = [np.zeros(part, np.int32) for _ in range(nranks)]
+        started = time.perf_counter()
+        with qccl.group():
+            for c in comms:
+                r = c.rank
+                if name == "allreduce":
+                    c.allreduce(send[r], recv[r], op="sum")
+                elif name == "broadcast":
+                    c.broadcast(send[r], recv[r], root=0)
+                elif name == "reduce":
+                    c.reduce(send[r], recv[r], op="sum", root=0)
+                elif name == "allgather":
+                    c.allgather(send[r], recv[r])
+                elif name == "reduce_scatter":
+                    c.reduce_scatter(send[r], small[r], op="sum")
+                else:
+                    c.send(send[r], (r + 1) % nranks)
+                    c.recv(recv[r], (r - 1) % nranks)
+        seconds = time.perf_counter() - started
+        expect = {"allreduce": [total] * nranks, "broadcast": [send[0]] * nranks,
+                  "allgather": [np.concatenate(send)] * nranks,
+                  "sendrecv": [send[(r - 1) % nranks] for r in range(nranks)]}
+        got = small if name == "reduce_scatter" else recv
+        if name == "reduce_scatter":
+            expect[name] = [total[r * part:(r + 1) * part] for r in range(nranks)]
+        ok = np.array_equal(recv[0], total) if name == "reduce" else all(
+            np.array_equal(g, e) for g, e in zip(got, expect[name]))
+        written = [c.stats["tokens_written"] for c in comms]
+        rows.append(f"| {name:<14} | {seconds:>8.1f} s | {max(written):>6} | {'ok' if ok else 'WRONG':<5} |")
+        for c in comms:
+            c.destroy()
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m qccl_bench.model_gpu", description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--checkpoint", default=None, help="a merged (or compiled) checkpoint; default: compile")
+    parser.add_argument("--ranks", default="1,4,8")
+    parser.add_argument("--steps", type=int, default=400, help="decode steps per measurement")
+    parser.add_argument("--no-table", action="store_true", help="skip the seed's table")
+    parser.add_argument("--no-report", action="store_true", help="skip the per-layer exactness report")
+    args = parser.parse_args(argv)
+    import torch
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("model_gpu: skipped, no CUDA device here (run with --device cpu for the CPU path)")
+        return 0
+    from qwengpu.circuit.model import ModelBackend
+    from qwengpu.circuit.report import chunk_deviation, deviation
+    from qwengpu.circuit.suite import vadd_stream
+
+    from .verify_speed import record_allreduce
+    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
+    print(f"device: {name}, torch {torch.__version__}, bf16")
+    print(f"Gated DeltaNet: {gdn_implementation()}", flush=True)
+    failures = 0
+    if not args.no_report:
+        stream = vadd_stream()
+        for label in ("decode", "recurrent", "chunked"):
+            backend = ModelBackend(dtype="bfloat16", device=args.device, trace=True)
+            report = (deviation(backend, stream, "vadd") if label == "decode" else
+                      chunk_deviation(backend, stream, "vadd", label, 64))
+            worst = max(report.layers)
+            failures += report.mismatches
+            print(f"  {label:<9} path: max deviation from the exact circuit over all layers {worst:g}, "
+                  f"{report.mismatches} mismatches, min margin {report.min_margin:g}", flush=True)
+            del backend
+    shared = ModelBackend(checkpoint=args.checkpoint, dtype="bfloat16", device=args.device)
+    print("| ranks batched | decode step | tokens/s per rank | tokens/s all ranks | mismatches |")
+    print("|---------------|-------------|-------------------|--------------------|------------|")
+    for ranks in [int(r) for r in args.ranks.split(",")]:
+        streams = list(record_allreduce(max(ranks, 2), 16).values())[:ranks]
+        rate, mismatches, mode = decode_rate(shared.model, streams, args.steps, args.device, shared.offset)
+        failures += mismatches
+        print(f"| {ranks:>13} | {mode:<11} | {rate:>17.1f} | {rate * ranks:>18.1f} | {mismatches:>10} |", flush=True)
+    if not args.no_table:
+        options = {"dtype": "bfloat16", "device": args.device}
+        if args.checkpoint:
+            options["checkpoint"] = args.checkpoint
+        print("seed's table, 4 ranks x 16 words on the bf16 model over QLink:")
+        print("| collective     |       wall | tokens | check |")
+        for row in seed_table(options):
+            failures += "WRONG" in row
+            print(row, flush=True)
+    print(f"failures: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
