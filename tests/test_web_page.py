@@ -45,7 +45,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _chromium(args, timeout=90) -> str:
+def _chromium(args, timeout=240) -> str:
     with tempfile.TemporaryDirectory() as profile:
         done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
                               text=True, timeout=timeout)
