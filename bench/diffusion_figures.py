@@ -3,6 +3,7 @@
     python -m qccl_bench.diffusion_figures --points-json points.json --latent-json latent.json
     python -m qccl_bench.diffusion_figures --replay-steps 2000 --replay-samples 512     # + the full-length replay
     python -m qccl_bench.diffusion_figures --circuit 1        # N steps of each run on circuit-backed QwenGPUs
+    python -m qccl_bench.diffusion_figures --verify-circuit latent    # rank 0's first step, circuit verify mode
 
 The JSON files come from the runs (``python -m examples.points_ddpm --json ...``, ``python -m examples.latent_ddpm
 --json ...``): measured on four interpreter-backed QwenGPUs, every step checked against the numpy replay. The replay
@@ -44,6 +45,28 @@ def circuit_steps(run: str, steps: int) -> dict:
             "tokens_per_rank": {r: len(s) for r, s in streams["interpreter"].items()}}
 
 
+def verify_step(run: str) -> dict:
+    """Rank 0's first training step of a run, recorded by the interpreter on 4 QwenGPUs and fed to the compiled
+    circuit in verify mode: the circuit must predict every token rank 0 wrote (packets and host copies included)."""
+    import numpy as np
+    from examples.points_ddpm import fixed, loader, split
+    from examples.points_ddpm.machine import SplitDenoiser
+    from qwengpu.circuit.exact import CircuitBackend
+    from qwengpu.circuit.verify import verify
+    D, H, samples = (2, 32, 8) if run == "points" else (8, 16, 1)
+    rng = np.random.default_rng(0)
+    w1, w2 = split.init_params(rng, D, H)
+    draws = loader.Draws.make(rng, rng.standard_normal((50, D)), 1, 20)
+    sd = SplitDenoiser(D=D, H=H, samples=samples)
+    sd.load(w1, w2)
+    sd.train_step(draws.x0_q[0], int(draws.t[0]), draws.eps_q[0], fixed.schedule(20), 5)
+    tokens = sd.m.world.devices[0].tokens
+    start = time.perf_counter()
+    result = verify(CircuitBackend(), tokens, stop_after=1)
+    return {"run": run, "tokens": len(tokens), "compared": result.compared, "mismatches": len(result.mismatches),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
 def table(points: dict | None, latent: dict | None, replay: dict | None) -> str:
     rows = ["| figure | QwenGPUs (measured) | float64, same draws | seed |", "|---|---|---|---|"]
     if points:
@@ -77,6 +100,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--latent-limit", type=int, help="training images for the latent replay's encoder and judge")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--circuit", type=int, default=0, help="training steps of each run on the circuit backend")
+    ap.add_argument("--verify-circuit", choices=("points", "latent"),
+                    help="rank 0's first step of that run verified on the circuit (slow: about 20 min)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     load = (lambda p: json.loads(open(p).read()) if p else None)
@@ -99,6 +124,10 @@ def main(argv=None) -> dict:
         out["circuit"].append(r)
         print(f"{run}_ddpm: {r['steps']} training step(s) on 4 circuit-backed QwenGPUs, streams equal to the "
               f"interpreter's: {r['equal']} ({r['tokens_per_rank'][0]} tokens on rank 0; {r['seconds']} s)")
+    if args.verify_circuit:
+        out["verify"] = v = verify_step(args.verify_circuit)
+        print(f"{v['run']}_ddpm, rank 0's first step on the circuit (verify mode): {v['compared']} model tokens of "
+              f"{v['tokens']} compared, {v['mismatches']} mismatches, {v['seconds']} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
