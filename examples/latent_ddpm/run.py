@@ -86,8 +86,8 @@ def main(argv=None) -> dict:
     sch = fixed.schedule(T)
     say = (lambda *a: None) if args.quiet else print
     setup = Setup(args.data, args.seed, args.epochs, args.limit)
-    say(f"data: {setup.source}; judge accuracy {setup.judge_accuracy:.3f}; recognised: real {setup.recognised_real:.3f},"
-        f" encoded-decoded {setup.recognised_decoded:.3f}")
+    say(f"data: {setup.source}; judge accuracy {setup.judge_accuracy:.3f}; recognised: real "
+        f"{setup.recognised_real:.3f}, encoded-decoded {setup.recognised_decoded:.3f}")
 
     scores = {}
     for c in range(args.candidates):

@@ -8,8 +8,8 @@
 //   u[ns * n1]           per sample: the D data numbers, the noise-level input F[t], the constant 256 (1.0)
 //   out[ns * D]          the rank's partial output; after qccl's AllReduce, the sum over ranks
 //   hbuf[Hr]             training: h, then the back-propagated error d, of each hidden unit
-// Each bias is the row of an input that is always 1.0 (u's last word; a word holding 256 for w2's bias row): rshift(b 256 + s, 8) is
-// b + rshift(s, 8) exactly, so loops over the rows handle weights and biases alike.
+// Each bias is the row of an input that is always 1.0 (u's last word; a word holding 256 for w2's bias row):
+// rshift(b 256 + s, 8) is b + rshift(s, 8) exactly, so loops over the rows handle weights and biases alike.
 // Sizes, schedule constants and the learning-rate shift L are launch arguments: the driver binds them as
 // immediates, so every loop below has the same trip count on every lane.
 

@@ -48,7 +48,8 @@ async function render() {
   const i = Number(document.getElementById("checkpoint").value);
   const ck = state.checkpoints[i];
   document.getElementById("checkpoint-label").textContent =
-    `step ${ck.step} of ${state.checkpoints[state.checkpoints.length - 1].step}` + (ck.step === 0 ? " (untrained)" : "");
+    `step ${ck.step} of ${state.checkpoints[state.checkpoints.length - 1].step}` +
+    (ck.step === 0 ? " (untrained)" : "");
   const { path, x0 } = await sampleAll(ck, noise(state.seed, COLS * ROWS, state.model.D));
   document.getElementById("path").textContent =
     `sampled with ${path}` + (state.gpu ? "" : ` (WebGPU: ${state.noGpu})`);
@@ -116,7 +117,8 @@ async function start() {
     document.getElementById("resample").addEventListener("click", () => { state.seed++; render(); });
     const f = state.model.figures;
     document.getElementById("figures").textContent =
-      `On the QwenGPUs, after ${f.steps} steps, an MNIST classifier recognised ${Math.round(100 * f.recognised_qwengpu)}% ` +
+      `On the QwenGPUs, after ${f.steps} steps, an MNIST classifier recognised ` +
+      `${Math.round(100 * f.recognised_qwengpu)}% ` +
       `of ${f.samples} samples (float64 training on the same draws: ${Math.round(100 * f.recognised_float64)}%).`;
     await render();
     const check = await replayCheck();

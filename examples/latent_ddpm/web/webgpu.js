@@ -80,7 +80,9 @@ async function sampleWebGPU(device, model, ck, xTs) {
   const sBuf = make(sched, GPUBufferUsage.STORAGE);
   const xBuf = make(xs, GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC);
   const pBuf = make(new Uint32Array([D, hr, model.ranks, model.T, n, 0, 0, 0]), GPUBufferUsage.UNIFORM);
-  const readBuf = device.createBuffer({ size: xs.byteLength, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const readBuf = device.createBuffer({
+    size: xs.byteLength, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+  });
   const pipeline = device.createComputePipeline({
     layout: "auto", compute: { module: device.createShaderModule({ code: SHADER }), entryPoint: "main" },
   });
