@@ -172,8 +172,9 @@ def test_points_run_command(tmp_path):
     from examples.points_ddpm.run import main
     out = tmp_path / "p.json"
     report = main(["--steps", "3", "--samples", "1", "--quiet", "--json", str(out), "--png", str(tmp_path / "p.png"),
-                   "--save", str(tmp_path / "p.npz")])
+                   "--save", str(tmp_path / "p.npz"), "--rebase-every", "2"])
     assert json.loads(out.read_text())["replay_checked_steps"] == 3 == report["steps"]
+    assert report["rebases"] == [1, 1, 1, 1]        # a fresh context after step 2; steps 3 and sampling still exact
     assert report["tokens_per_step"]["min"] > 1000
     assert (tmp_path / "p.png").stat().st_size > 1000
     saved = np.load(tmp_path / "p.npz")
@@ -208,3 +209,20 @@ def test_first_latent_kernels_on_the_circuit():
     result = verify(CircuitBackend(), dev.tokens, stop_after=1)                       # ...and the circuit agrees
     assert result.compared > 100
     assert result.mismatches == [], str(result)
+
+
+def test_latent_run_command(tmp_path):
+    """A tiny latent_ddpm run end to end (500 images, 1 epoch, 2 candidate seeds, 2 steps, 1 digit): the seed is
+    picked by the replay, every step checked, and the page's files written from the machines' words."""
+    import json
+    from examples.latent_ddpm.run import main
+    report = main(["--steps", "2", "--samples", "1", "--candidates", "2", "--limit", "500", "--epochs", "1",
+                   "--checkpoints", "2", "--quiet", "--png", str(tmp_path / "l.png"), "--web", str(tmp_path)])
+    assert report["training_seed"] in (0, 1) and report["replay_checked_steps"] == 2
+    assert report["tokens_per_step"]["min"] > 1000
+    model = json.loads((tmp_path / "model.json").read_text())
+    assert [c["step"] for c in model["checkpoints"]] == [0, 1, 2]
+    final = model["checkpoints"][-1]
+    want = split.sample(np.array(final["w1"]), np.array(final["w2"]), SCH, np.array(model["replay"]["xT"]))
+    np.testing.assert_array_equal(np.array(model["replay"]["x0"]), want)
+    assert (tmp_path / "decoder.bin").stat().st_size == 4 * (8 * 128 + 128 + 128 * 784 + 784)

@@ -78,7 +78,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--epochs", type=int, default=3, help="epochs of the CPU decoder and judge")
     ap.add_argument("--limit", type=int, help="use only the first N training images (quick runs)")
     ap.add_argument("--checkpoints", type=int, default=10, help="checkpoints kept for the page")
-    ap.add_argument("--web", action="store_true", help="write the page's model files into web/")
+    ap.add_argument("--web", nargs="?", const=str(WEB), metavar="DIR",
+                    help="write the page's model files (model.json, decoder.bin) into DIR (default: web/)")
     args = ap.parse_args(argv)
     common.check_steps(args.steps)
     if args.samples < 1 or args.candidates < 1:
@@ -119,7 +120,8 @@ def main(argv=None) -> dict:
 
     log = common.StepLog()
     bar = common.Progress(args.steps, "latent_ddpm", args.quiet)
-    w1, w2 = train(sd, draws, sch, w1, w2, bar, log, fd, shift_schedule(args.steps), on_params)
+    w1, w2 = train(sd, draws, sch, w1, w2, bar, log, fd, shift_schedule(args.steps), on_params,
+                   common.rebase_every(args.rebase_every, args.backend))
     bar.close()
     train_s = bar.seconds
 
@@ -152,7 +154,10 @@ def main(argv=None) -> dict:
         "recognised_real_test": round(setup.recognised_real, 4),
         "recognised_encoded_decoded_test": round(setup.recognised_decoded, 4),
         "replay_checked_steps": args.steps,
+        "rebases": sd.m.rebases(),
     }
+    if args.verify:
+        report["verify"] = common.verify_contexts(sd.m, args.verify)
     say(f"recognised by the judge (p >= {classifier.THRESHOLD}): QwenGPUs {report['recognised_qwengpu']} of "
         f"{args.samples}, float64 {report['recognised_float64']} (seed: 76%); tokens per rank per step "
         f"{report['tokens_per_step']}")
@@ -161,7 +166,7 @@ def main(argv=None) -> dict:
     if args.png:
         grid(args.png, images, report)
     if args.web:
-        export_web(WEB, setup, sch, checkpoints, xT, got, report)
+        export_web(Path(args.web), setup, sch, checkpoints, xT, got, report)
     return report
 
 

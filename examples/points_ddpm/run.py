@@ -20,10 +20,11 @@ BATCH = 8               # points sampled at a time on the machines
 
 
 def train(sd: SplitDenoiser, draws: loader.Draws, sch, w1, w2, progress=None, log=None, fd=None, shift=lambda i: L,
-          on_params=None):
+          on_params=None, rebase: int = 0):
     """Train on the machines, checking each step against the replay on every rank; returns the final (w1, w2)
     (the replay's, equal to the machines'). ``shift(i)``: step i's learning-rate shift; ``on_params(i, w1, w2)``
-    sees the parameters read back from the machines after each step."""
+    sees the parameters read back from the machines after each step; ``rebase``: a context rebase on every rank
+    after every that many steps (0: never)."""
     x0q, eq = draws.x0_q, draws.eps_q
     for i in range(len(draws.t)):
         t, Li = int(draws.t[i]), int(shift(i))
@@ -34,6 +35,8 @@ def train(sd: SplitDenoiser, draws: loader.Draws, sch, w1, w2, progress=None, lo
         m1, m2 = check_step(sd, i, w1, w2, err, e)
         if on_params is not None:
             on_params(i, m1, m2)
+        if rebase and (i + 1) % rebase == 0:
+            sd.m.rebase()
         if fd is not None:
             fd.train_step(draws.x0[i], t, draws.eps[i], sch, Li)      # the float64 bound, on the same draw
         if log is not None:
@@ -108,7 +111,7 @@ def main(argv=None) -> dict:
         common.print_memory_map(sd.m.memory_map())
     log = common.StepLog()
     bar = common.Progress(args.steps, "points_ddpm", args.quiet)
-    w1, w2 = train(sd, draws, sch, w1, w2, bar, log, fd)
+    w1, w2 = train(sd, draws, sch, w1, w2, bar, log, fd, rebase=common.rebase_every(args.rebase_every, args.backend))
     bar.close()
     train_s = bar.seconds
     tokens_before = sd.m.tokens_written()
@@ -130,7 +133,10 @@ def main(argv=None) -> dict:
         "distance_qwengpu": round(glyph.two_sided(samples, dense), 4),
         "distance_float64": round(glyph.two_sided(floats, dense), 4),
         "replay_checked_steps": args.steps,
+        "rebases": sd.m.rebases(),
     }
+    if args.verify:
+        report["verify"] = common.verify_contexts(sd.m, args.verify)
     if not args.quiet:
         print(f"two-sided distance to the glyph, {args.samples} samples: QwenGPUs {report['distance_qwengpu']}, "
               f"float64 {report['distance_float64']} (seed: 0.101 and 0.090)")
