@@ -137,3 +137,25 @@ def test_narrow_immediates_are_their_low_bits():
     x = np.array([-11, 10, -133713416, 780154049])
     expect = ((x.astype(np.int64) & 0xFFFFFFFF) % 8) // 3
     np.testing.assert_array_equal(run(src, 4, [0, 8], {8: list(x)}, (0, 4)), expect)
+
+
+@needs_nvrtc
+@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="the host C compiler gcc is not installed")
+def test_a_join_block_placed_after_the_return_is_reached():
+    """Found by the fuzzer: NVRTC put one side of an if after ``ret`` and jumped back (``bra.uni`` to an earlier
+    block, not a loop); the lanes entering there were masked off before they reached the store."""
+    import tempfile
+    from qccl_bench.kernel_fuzz import Case, c_reference, run_machine
+    body = ("unsigned v0 = tid, v1 = (unsigned)s0, v2 = (unsigned)x[tid], v3 = 0u; "
+            "v2 = ((unsigned)((int)(unsigned)s1 / 12) ^ v3); if (((unsigned)(short)96u % 13u) == (~v2)) { "
+            "v1 = (unsigned)((int)(unsigned)(short)(v1 & v2) >= (int)(unsigned)x[(v0 & 7u)]); } else { "
+            "for (unsigned j1 = 0u; j1 < ((unsigned)((tid ? v1 : 235u) != (v0 * 111u)) & 3u); j1++) { "
+            "if (((v3 + (unsigned)x[(tid + 1u) & 7u]) & 3u) == 1u) break; v3 = v0; } } "
+            "v2 = (v3 ? ((unsigned)x[(v0 & 7u)] ? (130u + 95u) : (-(unsigned)x[(v0 & 7u)])) : "
+            "(unsigned)((int)(unsigned)x[tid] >> ((242u & v0) & 31u))); "
+            "out[tid] = (int)(((unsigned)min((int)v2, (int)(unsigned)x[tid]) | (tid | 425562398u)));")
+    case = Case(body, 4, -768042722, 1479860919,
+                [2, 0, -1457702173, -1653688566, 395710781, 2019916361, 1691804570, 1944423417], [43, -72, 77, 76])
+    with tempfile.TemporaryDirectory() as d:
+        (expect,) = c_reference([case], d)
+    assert run_machine(case) == expect

@@ -466,7 +466,13 @@ class Emitter:
                 exit_mask = open_loops[-1][2][fall]
                 self.emit(MOp("a", (None, 1), dst=exit_mask), pred & ~taken_pred)
                 self.invalidate(exit_mask)
-            for register in self.loop_entries.get(target, ()):
+            entries = self.loop_entries.get(target, ())
+            if set(entries) & set(taken_pred.atoms):
+                # The lanes that go on are read before the entry masks they depend on are cleared.
+                going_on = self.temp()
+                self._materialize(taken_pred, going_on)
+                taken_pred = Predicate.atom(going_on)
+            for register in entries:
                 self.emit(MOp("a", (None, 0), dst=register), TRUE)
                 self.invalidate(register)
             mask = f"%active{target}"
