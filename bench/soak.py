@@ -171,9 +171,10 @@ def main(argv=None) -> int:
               f"{s['token_log_mb']:>6.1f} MB  wrong {wrong}", flush=True)
 
     report = soak(a.calls, a.seed, a.ranks, a.max_count, progress)
-    print(f"{report['calls']} calls on {report['ranks']} ranks: {report['wrong']} wrong; RSS {report['rss_start_mb']} -> "
-          f"{report['rss_end_mb']} MB ({report['rss_kb_per_call']} KB per call; the devices' token log grows "
-          f"{report['token_log_kb_per_call']} KB per call); {report['wall_s']} s; kinds {report['kinds']}")
+    print(f"{report['calls']} calls on {report['ranks']} ranks: {report['wrong']} wrong; RSS "
+          f"{report['rss_start_mb']} -> {report['rss_end_mb']} MB ({report['rss_kb_per_call']} KB per call; the "
+          f"devices' token log grows {report['token_log_kb_per_call']} KB per call); {report['wall_s']} s; "
+          f"kinds {report['kinds']}")
     for f in report["failures"][:20]:
         print("WRONG", f, file=sys.stderr)
     if a.json:

@@ -170,8 +170,8 @@ class Communicator:
         except TypeError:
             raise InvalidArgument(f"shrink: exclude_ranks={exclude_ranks!r} is not a list of ranks") from None
         if self._rank in excluded:
-            raise InvalidArgument(f"shrink: rank {self._rank} is in exclude_ranks {excluded}; an excluded rank does not "
-                                  "call shrink")
+            raise InvalidArgument(f"shrink: rank {self._rank} is in exclude_ranks {excluded}; an excluded rank "
+                                  "does not call shrink")
         stay = tuple(r for r in range(self._nranks) if r not in excluded)
         return self._regroup("shrink", 0, self._rank, stay, config)
 
@@ -404,7 +404,7 @@ class Communicator:
     def _enqueue(self, sig: Sig, send: Buffer | None, recv: Buffer | None) -> None:
         E.enqueue(Call(sig, self._rank, self, send, recv))
 
-    # -- collectives ------------------------------------------------------------------------------------------------------
+    # -- collectives ---------------------------------------------------------------------------------------------------
     @_api
     def allreduce(self, sendbuf, recvbuf, op="sum", stream=None, algo=None) -> None:
         """ncclAllReduce: recv = op over ranks of send (int32 / uint32 on QLink). In place when send is recv.

@@ -75,7 +75,7 @@ def enqueue(call: Call) -> None:
     group_end()
 
 
-# -- running a group ----------------------------------------------------------------------------------------------------
+# -- running a group -------------------------------------------------------------------------------------------------
 def launch(calls: list[Call]) -> None:
     """Run one group: the one place a group is executed. Raises the first error (nothing of a refused group ran)."""
     for c in calls:
@@ -168,7 +168,7 @@ def _wait(board: Board, calls: list[Call], timeout: float) -> None:
             board.cond.wait(min(left, 0.5))
 
 
-# -- dispatch to the schedules ------------------------------------------------------------------------------------------
+# -- dispatch to the schedules ---------------------------------------------------------------------------------------
 def _plan(comm, state, segment: list[Call]) -> list:
     """One segment of a rank's calls -> its host ops: a collective, or a fused run of sends and receives."""
     heap = comm.heap

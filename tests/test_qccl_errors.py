@@ -68,7 +68,8 @@ BAD_CALLS = [
     ("stream", lambda c, x, y: c.allreduce(x, y, stream=object()), qccl.InvalidArgument,
      "is not supported \\(valid: None or 0"),
     ("read-only recvbuf", lambda c, x, y: c.allreduce(x, read_only(y)), qccl.InvalidArgument, "read-only"),
-    ("read-only recv", lambda c, x, y: c.recv(read_only(y), 2), qccl.InvalidArgument, "recv buf: the buffer is read-only"),
+    ("read-only recv", lambda c, x, y: c.recv(read_only(y), 2), qccl.InvalidArgument,
+     "recv buf: the buffer is read-only"),
 ]
 
 
@@ -135,11 +136,13 @@ def test_mismatched_group_calls_are_usage_errors(comms):
                     c.allgather(x[:1], y)
                 else:
                     c.allreduce(x, y)
-    with pytest.raises(qccl.InvalidUsage, match=r"rank 0 sends 4 x int32 to rank 1 .*, but rank 1 receives 3 x int32 from rank 0"):
+    with pytest.raises(qccl.InvalidUsage,
+                       match=r"rank 0 sends 4 x int32 to rank 1 .*, but rank 1 receives 3 x int32 from rank 0"):
         with qccl.group():
             comms[0].send(x, 1)
             comms[1].recv(y[:3], 0)
-    with pytest.raises(qccl.InvalidUsage, match=r"rank 3 sends 4 x int32 to rank 3 .*but rank 3 posts no matching recv in the same group"):
+    with pytest.raises(qccl.InvalidUsage,
+                       match=r"rank 3 sends 4 x int32 to rank 3 .*but rank 3 posts no matching recv in the same group"):
         comms[3].send(x, 3)
     assert snapshot(comms) == before
 

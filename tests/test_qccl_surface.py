@@ -45,7 +45,8 @@ def test_nccl_numbering_for_ops_and_types():
 def test_config_object_and_init_arguments():
     cfg = qccl.Config(burst=2)
     assert qccl.Communicator.init_all(2, config=cfg)[0].config.burst == 2
-    with pytest.raises(qccl.InvalidArgument, match=r"unknown config key 'bursts' \(valid keys: algo, .*burst, .*window_words\)"):
+    with pytest.raises(qccl.InvalidArgument,
+                       match=r"unknown config key 'bursts' \(valid keys: algo, .*burst, .*window_words\)"):
         qccl.Communicator.init_all(2, config={"bursts": 2})
     with pytest.raises(qccl.InvalidArgument, match="config burst=0: expected an integer >= 1"):
         qccl.Communicator.init_all(2, config={"burst": 0})

@@ -178,7 +178,7 @@ def test_router_routes_by_header_token():
     assert "multicast aperture multicast [40, 60) -> ranks 1,2,3" in str(r)
 
 
-# -- multicast steps and the board --------------------------------------------------------------------------------------
+# -- multicast steps and the board ---------------------------------------------------------------------------------
 def test_multicast_algorithms_read_as_steps():
     assert names(S.all_gather_multicast(2, 4)) == ["mcStore(2)", "mcPostWait", "mcRead"]
     assert names(S.broadcast_multicast(1, 3, 1)) == ["mcStore(1)", "mcPost", "mcRead"]
