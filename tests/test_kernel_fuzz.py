@@ -19,11 +19,11 @@ pytestmark = [
 
 def test_random_kernels_match_the_host_c_compiler():
     from qccl_bench.kernel_fuzz import fuzz
-    report = fuzz(100, seed=9, batch=100)
-    assert report["tried"] == 100
+    report = fuzz(60, seed=9, batch=60)
+    assert report["tried"] == 60
     assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
                                                  for case, got, want in report["mismatches"])
-    assert report["ran"] >= 60, report["refused"]      # most programs run; refusals name a limit
+    assert report["ran"] >= 36, report["refused"]      # most programs run; refusals name a limit
 
 
 def test_the_reference_catches_a_wrong_machine_result():
