@@ -34,11 +34,14 @@ from .errors import DeadlockError, InvalidUsage, QcclError, RemoteError, SystemE
 
 # Defaults, overridable by the environment (so torchrun / qccl.launch scripts can set them without code changes).
 BEAT = 0.25                 # seconds between heartbeats
-DEAD_AFTER = float(os.environ.get("QCCL_DEAD_AFTER", "3"))     # seconds without a heartbeat: the peer is dead
+# seconds without a heartbeat before a peer is declared dead: only for a silent death (SIGKILL under torchrun, a frozen
+# process); a rank that raises, exits or aborts, and any death under qccl.launch, is named at once by a record
+DEAD_AFTER = float(os.environ.get("QCCL_DEAD_AFTER", "10"))
 TIMEOUT = float(os.environ.get("QCCL_TIMEOUT", "60"))          # seconds a wait waits for a live peer
 INIT_TIMEOUT = float(os.environ.get("QCCL_INIT_TIMEOUT", "30"))  # seconds init waits for the world to assemble
 SLICE = 0.05                # seconds of one gloo wait between two looks at the store
-STORE_TIMEOUT = timedelta(seconds=5)     # one store operation (the store is local to the job: this is generous)
+# one store operation; a store that is gone refuses at once, so this only bounds a store that is slow (a loaded host)
+STORE_TIMEOUT = timedelta(seconds=30)
 LAUNCH_PREFIX = "qccl/launch"            # where qccl.launch writes why a rank's process ended
 
 _graveyard: list = []       # gloo groups with abandoned work: never destroyed (see the module docstring)
@@ -75,6 +78,7 @@ class Liveness:
         self.left = False
         self.group = None           # the world's gloo group: kept forever once it holds abandoned work
         self._seen: dict[int, tuple[str, float]] = {}    # rank -> (last heartbeat seq, when it changed)
+        self._looked = time.monotonic()                  # when this rank last looked at the heartbeats
         self._stop = threading.Event()
         self._beat_store = store.clone() if hasattr(store, "clone") else store
         for s in (self.store, self._beat_store):
@@ -100,8 +104,8 @@ class Liveness:
         while not self._stop.wait(BEAT):
             try:
                 self._beat_once(seq)
-            except Exception:       # noqa: BLE001  (the store is gone: the waits notice and say so)
-                return
+            except Exception:       # noqa: BLE001  (a slow or gone store: the waits notice a gone one and say so)
+                continue
             seq += 1
 
     def leave(self, reason: str) -> None:
@@ -175,6 +179,9 @@ class Liveness:
             lines = "; ".join(f"rank {r} {why}" for r, why in sorted(gone.items()))
             return RemoteError(f"rank {self.rank}: {_ranks(gone)} left the communicator during {what}: {lines}")
         now = time.monotonic()
+        if now - self._looked > self.dead_after / 2:
+            self._seen.clear()      # this process itself was starved (a loaded host): its clock says nothing of theirs
+        self._looked = now
         dead = []
         for r, (seq, _, _, doing) in beats.items():
             if r == self.rank:
