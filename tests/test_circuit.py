@@ -184,3 +184,35 @@ def test_atomic_lanes_see_the_stores_of_the_lanes_before_them(circuit_backend):
     result = verify(circuit_backend, stream)
     circuit_backend.restore(state)
     assert result.compared > 100 and result.mismatches == [], str(result)
+
+
+def test_simt_loop_on_the_circuit(circuit_backend):
+    """The 'any' branch: a loop whose lanes leave at different trips, token for token with the interpreter."""
+    from qwengpu.circuit.suite import simt_loop_stream
+    stream = simt_loop_stream()
+    state = circuit_backend.snapshot()
+    result = verify(circuit_backend, stream)
+    circuit_backend.restore(state)
+    assert result.compared > 50 and result.mismatches == [], str(result)
+
+
+def test_grid_stride_saxpy_on_the_circuit(circuit_backend):
+    """idioms.cu's saxpy (a divergent loop from NVRTC's PTX); the rest of the idiom streams run in make verify."""
+    from qwengpu.circuit.suite import idiom_streams
+    (_, stream), = idiom_streams(short=True)
+    state = circuit_backend.snapshot()
+    result = verify(circuit_backend, stream)
+    circuit_backend.restore(state)
+    assert result.compared > 100 and result.mismatches == [], str(result)
+
+
+def test_simt_loop_on_the_bf16_model():
+    """The CI share of the bf16 model on the 'any' branch (chunked teacher-forced verify: many positions per
+    forward); the idiom streams (saxpy, histogram, division, ...) on the model are make verify's."""
+    from qwengpu.circuit.model import ModelBackend
+    from qwengpu.circuit.suite import simt_loop_stream
+    from qwengpu.circuit.verify import verify_chunked
+    stream = simt_loop_stream()
+    result = verify_chunked(ModelBackend(dtype="bfloat16"), stream, chunk=192)
+    assert result.compared > 50 and result.mismatches == [], str(result)
+    assert result.min_margin >= 8
