@@ -131,8 +131,16 @@ class Board:
         return None
 
     def _unmatched(self, trial: Ledger, parts, took_part):
-        """A send or receive left open although its peer took part in this group (a send to self must be received
-        in the same group)."""
+        """A send or receive left open although its peer took part in this group; a send to self whose receive is not
+        in the same run of point-to-point calls (the device copies it within that run)."""
+        for r, calls in parts.items():
+            for seg in _segments(calls):
+                sent = [(c.sig.count, c.sig.dtype) for c in seg if c.sig.kind == "send" and c.sig.root == r]
+                got = [(c.sig.count, c.sig.dtype) for c in seg if c.sig.kind == "recv" and c.sig.root == r]
+                if sent != got:
+                    return InvalidUsage(f"rank {r} sends {_items(sent)} to itself and receives {_items(got)} from "
+                                        "itself in one run of point-to-point calls: a send to self needs its recv in "
+                                        "the same group, with no collective between them")
         mine = {id(c) for calls in parts.values() for c in calls}
         for (family, index), entry in sorted(trial.open.items(), key=lambda kv: str(kv[0])):
             if family[0] == COLL:
@@ -259,6 +267,10 @@ class Board:
                 return []
             low = min(counts.values())
             return [r for r, n in counts.items() if n == low and n < max(counts.values())]
+
+
+def _items(items) -> str:
+    return ", ".join(f"{n} x {t}" for n, t in items) or "nothing"
 
 
 def _conflict(call: Call, other: Call) -> bool:

@@ -142,7 +142,7 @@ def test_mismatched_group_calls_are_usage_errors(comms):
             comms[0].send(x, 1)
             comms[1].recv(y[:3], 0)
     with pytest.raises(qccl.InvalidUsage,
-                       match=r"rank 3 sends 4 x int32 to rank 3 .*but rank 3 posts no matching recv in the same group"):
+                       match=r"rank 3 sends 4 x int32 to itself and receives nothing from itself .*needs its recv in the same"):
         comms[3].send(x, 3)
     assert snapshot(comms) == before
 
@@ -153,6 +153,12 @@ def test_send_to_self_in_a_group_is_a_device_copy(comms):
         comms[1].send(x, 1)
         comms[1].recv(y, 1)
     assert np.array_equal(x, y) and comms[1].stats["launches"] > 0
+    with pytest.raises(qccl.InvalidUsage, match="rank 1 sends 9 x int32 to itself and receives nothing from itself"):
+        with qccl.group():                           # a collective between them: the device copy could not pair them
+            comms[1].send(x, 1)
+            for c in comms:
+                c.allreduce(x, np.zeros(9, np.int32))
+            comms[1].recv(y, 1)
 
 
 def test_count_zero_is_a_no_op(comms):
