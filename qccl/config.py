@@ -24,7 +24,8 @@ class Config:
     burst: records each device writes between exchanges; stall_windows: idle windows before the deadlock detector
     fires; backend: the machine ("interpreter", "circuit", "model"); fabric: "memory" or "gloo" (None: from how the
     communicator was made); thread_timeout: seconds a thread's call waits for the other threads' ranks; algo: the
-    algorithm of calls that name none ("ring", "multicast", or "auto": the tuner's choice); backend_options: keyword
+    algorithm of calls that name none ("ring", "multicast" for the collectives that have it, the ring for the others,
+    or "auto": the tuner's choice); backend_options: keyword
     arguments of the machine's backend (e.g. {"checkpoint": DIR}); transport_options: a
     dict of keys the transport defines and checks (threads: seed, delay_us, timeout; cupy: devices, timeout,
     pinned_bytes)."""
