@@ -275,9 +275,12 @@ _live: list[Liveness] = []
 
 
 def _at_exit() -> None:
-    """Tell the peers this rank leaves, without waiting for them (a peer still waiting on it then gets RemoteError)."""
+    """Tell the peers this rank leaves, without waiting for them (a peer still waiting on it then gets RemoteError).
+    The worlds' gloo groups are kept past interpreter shutdown: destroyed during finalization, gloo's threads end the
+    process with std::terminate (SIGABRT) even when nothing is pending."""
     for live in _live:
         live.leave("exited" if _exit_reason is None else _exit_reason)
+        live._abandon()
 
 
 _exit_reason: str | None = None
