@@ -1,0 +1,141 @@
+"""python -m qwengpu.merge: the compiled layers in front of a random Qwen3.5 base at the 2B widths (a linear-attention
+and a full-attention layer, tied embeddings, saved with save_pretrained); the merged checkpoint loads with
+from_pretrained and writes the interpreter's tokens in bf16, a base with large activations too.
+
+The streams are verified in chunked passes (one forward for many positions) so that CI pays a few forwards; the
+whole kernel suite on a merged 2B-shaped model is qccl_bench.merge_full."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, Qwen3_5ForCausalLM
+
+from qwengpu import Device, MachineError
+from qwengpu import tokens as T
+from qwengpu.circuit import model as circuit_model
+from qwengpu.circuit.model import ModelBackend
+from qwengpu.circuit.verify import verify_chunked
+from qwengpu.merge import VOCAB_FILE, main, merge, random_base
+
+LARGE = 2.0 ** 12           # the large-activation base: every output projection scaled by this
+
+
+def short_stream():
+    """Host copies in and out (the model writes every word it is asked for) and a vadd launch on one warp."""
+    dev = Device()
+    dev.write(0, [123456789, -1, 0, 77])
+    dev.write(4, [5, -2**31, 65535, -9])
+    dev.launch(dev.load_kernel("qwengpu/kernels/vadd.cu", "vadd"), threads=4, args=[0, 4, 8, 4])
+    dev.read(8, 4)
+    return dev.tokens
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return short_stream()
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory):
+    root = tmp_path_factory.mktemp("merge")
+    base = random_base(root / "base")
+    main([str(base), str(root / "merged")])          # the command line
+    return base, root / "merged"
+
+
+@pytest.fixture(scope="module")
+def merged_large(tmp_path_factory):
+    root = tmp_path_factory.mktemp("merge_large")
+    base = random_base(root / "base", scale=LARGE, seed=1)
+    margin = merge(base, root / "merged")
+    return base, root / "merged", margin
+
+
+def test_refuses_a_base_whose_widths_do_not_match(tmp_path):
+    good = {"model_type": "qwen3_5_text", "hidden_size": 2048, "intermediate_size": 6144,
+            "linear_num_key_heads": 16, "linear_num_value_heads": 16, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "hidden_act": "silu", "rms_norm_eps": 1e-6,
+            "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]}
+    for field, value, need in (("hidden_size", 1024, "2048"), ("linear_num_value_heads", 32, "16"),
+                               ("intermediate_size", 8192, "6144"), ("linear_conv_kernel_dim", 3, "4")):
+        (tmp_path / "config.json").write_text(json.dumps({**good, field: value}))
+        with pytest.raises(MachineError, match=rf"{field} = {value}: the compiled layers need {need}"):
+            merge(tmp_path, tmp_path / "out")
+    (tmp_path / "config.json").write_text(json.dumps({**good, "model_type": "llama"}))
+    with pytest.raises(MachineError, match="model_type 'llama'"):
+        merge(tmp_path, tmp_path / "out")
+    assert not (tmp_path / "out").exists()          # refused before anything is written
+
+
+def test_merged_checkpoint_loads_with_the_base_layers_behind_the_compiled_ones(merged):
+    base_dir, out = merged
+    description = json.loads((out / VOCAB_FILE).read_text())
+    assert VOCAB_FILE == circuit_model.VOCAB_FILE
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+    assert isinstance(model, Qwen3_5ForCausalLM)
+    compiled = description["compiled_layers"]
+    assert description["offset"] == base.config.vocab_size
+    assert model.config.vocab_size == base.config.vocab_size + T.VOCAB_SIZE
+    assert model.config.layer_types == ["linear_attention"] * (compiled + 1) + list(base.config.layer_types)
+    assert "full_attention" in model.config.layer_types
+    theirs = base.state_dict()
+    mine = model.state_dict()
+    for name, tensor in theirs.items():
+        if name.startswith("model.layers."):
+            index, rest = name[len("model.layers."):].split(".", 1)
+            assert torch.equal(mine[f"model.layers.{int(index) + compiled + 1}.{rest}"], tensor), name
+    offset = description["offset"]
+    assert torch.equal(mine["model.embed_tokens.weight"][:offset], theirs["model.embed_tokens.weight"])
+    assert torch.equal(mine["lm_head.weight"][:offset], theirs["model.embed_tokens.weight"])   # the base's tied head
+    assert torch.equal(mine["model.norm.weight"], theirs["model.norm.weight"])
+
+
+def test_merged_device_decodes_the_interpreters_tokens(merged):
+    """Device(backend="model", checkpoint=...) decodes greedily token by token (the base's layers included)."""
+    words = np.array([-123456789, 65536, 7], dtype=np.int32)
+    dev = Device(backend="model", checkpoint=str(merged[1]), dtype="bfloat16", device="cpu")
+    dev.write(20, words)
+    np.testing.assert_array_equal(dev.read(20, 3), words)
+    del dev
+    circuit_model._shared_checkpoint.cache_clear()          # the next tests load private copies
+
+
+@pytest.fixture(scope="module")
+def merged_backend(merged):
+    """A private copy of the merged model (trace=True: not the shared one, so it is freed after this module)."""
+    return ModelBackend(checkpoint=merged[1], trace=True)
+
+
+def test_merged_model_verifies_the_stream_in_chunked_passes(merged_backend, stream):
+    merged_backend._reset()
+    result = verify_chunked(merged_backend, stream, chunk=128)
+    assert result.compared == sum(t.origin == T.MODEL for t in stream[1:]) > 30
+    assert result.mismatches == [], str(result)
+
+
+def test_large_activation_base_keeps_every_argmax(merged_large, stream):
+    base_dir, out, margin = merged_large
+    assert margin.base_bound > 1000 and margin.amplitude > LARGE * 8       # the bridge grew with the base's bound
+    backend = ModelBackend(checkpoint=out, trace=True)          # a private copy of the model: edited below
+    result = verify_chunked(backend, stream, chunk=128)
+    assert result.compared > 30 and result.mismatches == [], str(result)
+    # The negative control of the margin argument: zero the bridge's amplitude and the base's layers win.
+    backend._reset()
+    bridge = json.loads((out / VOCAB_FILE).read_text())["bridge_layer"]
+    with torch.no_grad():
+        backend.model.model.layers[bridge].mlp.down_proj.weight.zero_()
+    result = verify_chunked(backend, stream, chunk=128)
+    assert result.mismatches, "the large base should move argmaxes once the bridge is gone"
+
+
+def test_a_base_token_argmax_is_a_machine_error(merged_backend):
+    backend = merged_backend
+    backend._reset()
+    backend.feed(T.READ(3))
+    backend._logits = torch.zeros_like(backend._logits)
+    backend._logits[5] = 1.0                       # a base token wins
+    with pytest.raises(MachineError, match="vocabulary id 5, not one of the GPU's tokens"):
+        backend.predict()
+
