@@ -2,7 +2,8 @@
 ``torchrun --standalone --nproc-per-node 4 -m qccl_bench.torch_check --backend qccl --json OUT``.
 
 Every call of the torch backend's surface: all_reduce (each op), broadcast, reduce, all_gather,
-all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, all_to_all_single (equal and uneven splits),
+all_gather_into_tensor, reduce_scatter, reduce_scatter_tensor, all_to_all_single (equal and uneven splits), all_to_all,
+gather, scatter,
 send / recv, isend / irecv, a ring of batch_isend_irecv, barrier, new_group, async_op=True, any dtype through the copy
 collectives (int64, float32, bfloat16, bool), and a refused reduction dtype (float32) followed by a working call.
 Each rank writes, per call, whether its result equals numpy's and a digest of the result bytes, so a test can also
@@ -90,6 +91,24 @@ def program(rank: int, n: int, backend: str):
         dist.all_gather_into_tensor(out, xs[rank])
         return out, np.concatenate([x.numpy() for x in xs])
     yield "all_gather_into_tensor int64", gather_tensor
+
+    def gather_scatter():
+        xs = inputs(n, 3, torch.int64, seed=85)
+        outs = [torch.zeros(3, dtype=torch.int64) for _ in range(n)] if rank == 1 % n else None
+        dist.gather(xs[rank], outs, dst=1 % n)
+        got = torch.zeros(3, dtype=torch.int64)
+        dist.scatter(got, [xs[p] for p in range(n)] if rank == 0 else None, src=0)
+        mine = torch.cat(outs + [got]) if outs is not None else got
+        exp = [x.numpy() for x in xs] + [xs[rank].numpy()] if outs is not None else [xs[rank].numpy()]
+        return mine, np.concatenate(exp)
+    yield "gather to rank 1, scatter from rank 0, int64", gather_scatter
+
+    def all_to_all_list():
+        xs = inputs(n, n, torch.bool, seed=87)
+        outs = [torch.zeros(1, dtype=torch.bool) for _ in range(n)]
+        dist.all_to_all(outs, list(xs[rank].split(1)))
+        return torch.cat(outs), np.array([xs[p][rank].item() for p in range(n)])
+    yield "all_to_all (lists) bool", all_to_all_list
 
     def reduce_():
         xs = inputs(n, 6, seed=90)
