@@ -26,7 +26,7 @@ test: $(STAMP)
 verify: $(STAMP)
 	$(PY) -m qwengpu.circuit.suite
 
-# The seed's three training runs at their default sizes on 4 interpreter-backed QwenGPUs, each checked against its
+# The seed's training runs (three) and diffusion runs (two) at their default sizes on 4 interpreter-backed QwenGPUs, each checked against its
 # numpy replay after every step; figures, parameters and loss curves land in train/.
 train: $(STAMP)
 	mkdir -p train
@@ -34,6 +34,8 @@ train: $(STAMP)
 	$(PY) -m examples.xor_zero --json train/xor_zero.json --save train/xor_zero.npz --png train/xor_zero.png
 	$(PY) -m examples.mnist_tp --variant pool --json train/mnist_pool.json --save train/mnist_pool.npz --png train/mnist_pool.png
 	$(PY) -m examples.mnist_tp --variant pca --json train/mnist_pca.json --save train/mnist_pca.npz --png train/mnist_pca.png
+	$(PY) -m examples.points_ddpm --json train/points_ddpm.json --save train/points_ddpm.npz --png train/points_ddpm.png
+	$(PY) -m examples.latent_ddpm --json train/latent_ddpm.json --save train/latent_ddpm.npz --png train/latent_ddpm.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info
