@@ -340,3 +340,55 @@ def test_idioms_divide_by_a_run_time_value():
     dev.launch(kernel(dev, "idioms.cu", "divide"), threads=6, args=[0, 32, 48, 6])
     q = np.array([abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1) for a, b in zip(x.tolist(), d.tolist())])
     np.testing.assert_array_equal(dev.read(0, 6), q)
+
+
+# ------------------------------------------------------------------------------------------------------------------ bits
+# qwengpu/kernels/bits.cu: mul.hi, division by constants, popc, clz, brev as sequences of existing ALU ops, against
+# Python's integers on edge words (carries across every 16-bit boundary, the sign bit, all ones).
+
+EDGE = [0, 1, 2, 3, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0xFFFFFFFE, 0x12345678, 0xDEADBEEF, 0x0000FFFF, 0xFFFF0000,
+        0x00010001, 0x55555555, 0xAAAAAAAB, 0x80000001]
+
+
+def _signed(v):
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _as_words(values):
+    return np.array([_signed(v & 0xFFFFFFFF) for v in values], dtype=np.int64)
+
+
+def _bits_launch(name, x, y=None, out_words=16):
+    dev = Device()
+    dev.write(0, np.full(out_words, 0x5A5A5A5A, dtype=np.int32))
+    dev.write(64, _as_words(x))
+    if y is not None:
+        dev.write(96, _as_words(y))
+    dev.launch(kernel(dev, "bits.cu", name), threads=16, args=[0, 64] + ([96] if y is not None else []))
+    return [int(v) & 0xFFFFFFFF for v in dev.read(0, out_words)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bits_mulhi_unsigned_and_signed(seed):
+    rng = np.random.default_rng(seed)
+    x = EDGE if seed == 0 else [int(v) for v in rng.integers(0, 1 << 32, 16)]
+    y = EDGE[::-1] if seed == 0 else [int(v) for v in rng.integers(0, 1 << 32, 16)]
+    assert _bits_launch("umulhi", x, y) == [(a * b) >> 32 for a, b in zip(x, y)]
+    assert _bits_launch("mulhi", x, y) == [((_signed(a) * _signed(b)) >> 32) & 0xFFFFFFFF for a, b in zip(x, y)]
+
+
+def test_bits_division_by_constants():
+    c_div = lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)    # C truncates toward zero
+    assert _bits_launch("udiv7", EDGE) == [v // 7 for v in EDGE]
+    assert _bits_launch("div10", EDGE) == [c_div(_signed(v), 10) & 0xFFFFFFFF for v in EDGE]
+    assert _bits_launch("remm13", EDGE) == [(_signed(v) - c_div(_signed(v), -13) * -13) & 0xFFFFFFFF
+                                            for v in EDGE]
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("popc", lambda v: bin(v).count("1")),
+    ("clz", lambda v: 32 - v.bit_length()),
+    ("brev", lambda v: int(format(v, "032b")[::-1], 2)),
+])
+def test_bits_popc_clz_brev(name, fn):
+    assert _bits_launch(name, EDGE) == [fn(v) for v in EDGE]

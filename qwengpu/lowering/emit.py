@@ -890,7 +890,41 @@ class Emitter:
         self._shift(read, dst, "shl")
 
     def _op_shr(self, read, dst):
+        product = self._wide_product(read)
+        if product is not None:
+            # ``mul.wide.u32 %rd, %r, C; shr.u64 %rd2, %rd, 32 + k``: NVRTC's unsigned division by a constant. The
+            # register holds only the product's low word, so the high word is computed again from its factors.
+            inst, shift = self.inst, read(sources(self.inst)[1]).value
+            self.inst = product
+            a, b = self.src(read, 0), self.src(read, 1)
+            self.inst = inst
+            high = self._mul_hi32(a, b, None, signed(product))
+            if shift == 32:
+                self.op("a", (high, 0), dst=dst)
+            elif signed(inst):
+                self.op("shr_s", (high, 0), (None, shift - 32), dst=dst)
+            else:
+                self.op("shr_u", (high, 0), (None, shift - 32), dst=dst)
+            return
         self._shift(read, dst, "shr_s" if signed(self.inst) else "shr_u")
+
+    def _wide_product(self, read) -> Instruction | None:
+        """The ``mul.wide`` of two 32-bit values that a 64-bit right shift by 32..63 reads the high word of, when
+        its factors still hold (registers defined once, as NVRTC writes them); None otherwise."""
+        inst = self.inst
+        source, amount = sources(inst)[0], read(sources(inst)[1])
+        if width(inst) != 64 or not isinstance(amount, Const) or not 32 <= amount.value < 64:
+            return None
+        if not isinstance(source, Reg) or len(self.definitions.get(source.name, [])) != 1:
+            return None
+        product = self.definitions[source.name][0]
+        if product.base != "mul" or "wide" not in product.modifiers or width(product) != 32 or product.guard:
+            return None
+        for factor in sources(product)[:2]:
+            if isinstance(factor, Reg) and (len(self.definitions.get(factor.name, [])) != 1
+                                            or factor.name in self.addresses):
+                return None
+        return product
 
     def _shift(self, read, dst, op):
         bits = width(self.inst)
@@ -981,8 +1015,78 @@ class Emitter:
                 a = self._extended(read, 0, bits, signed(inst))
                 b = self._extended(read, 1, bits, signed(inst))
                 self.op("mul", a, b, dst=dst)
+        elif bits > 16:
+            self._need_fits(bits)
+            self._mul_hi32(self.src(read, 0), self.src(read, 1), dst, signed(inst))
         else:
-            raise unsupported(inst, "mul.hi needs the high word of a product")
+            product = self.op("mul", self._extended(read, 0, bits, signed(inst)),
+                              self._extended(read, 1, bits, signed(inst)))
+            self._narrow(self.op("shr_s" if signed(inst) else "shr_u", (product, 0), (None, bits)), dst, bits)
+
+    def _mul_hi32(self, a: tuple, b: tuple, dst: str | None, is_signed: bool) -> str:
+        """The high word of a 32 x 32 product (NVRTC's division by a constant) from 16-bit halves: four partial
+        products, each exact in a word, their carries summed in a middle column of at most 18 bits. Signed: the
+        unsigned high word minus b where a < 0 and minus a where b < 0 (mod 2^32)."""
+        if a[0] is None:
+            a, b = b, a
+
+        def halves(x):
+            if x[0] is None:
+                return (None, x[1] & 0xFFFF), (None, (x[1] >> 16) & 0xFFFF)
+            return (self.op("and", x, (None, 0xFFFF)), 0), (self.op("shr_u", x, (None, 16)), 0)
+
+        (al, ah), (bl, bh) = halves(a), halves(b)
+        ll, lh = self.op("mul", al, bl), self.op("mul", al, bh)
+        hl, hh = self.op("mul", ah, bl), self.op("mul", ah, bh)
+        mid = self.op("add", (self.op("shr_u", (ll, 0), (None, 16)), 0),
+                      (self.op("and", (lh, 0), (None, 0xFFFF)), 0))
+        mid = self.op("add", (mid, 0), (self.op("and", (hl, 0), (None, 0xFFFF)), 0))
+        high = self.op("add", (hh, 0), (self.op("shr_u", (lh, 0), (None, 16)), 0))
+        high = self.op("add", (high, 0), (self.op("shr_u", (hl, 0), (None, 16)), 0))
+        if not is_signed:
+            return self.op("add", (high, 0), (self.op("shr_u", (mid, 0), (None, 16)), 0), dst=dst)
+        high = self.op("add", (high, 0), (self.op("shr_u", (mid, 0), (None, 16)), 0))
+        for x, y in ((a, b), (b, a)):
+            if x[0] is None:
+                if x[1] & 0x80000000:
+                    high = self.op("sub", (high, 0), y)
+                continue
+            sign = self.op("shr_s", x, (None, 31))
+            high = self.op("sub", (high, 0), (self.op("and", (sign, 0), y), 0))
+        return self.op("a", (high, 0), dst=dst)
+
+    def _op_popc(self, read, dst):
+        self._need_fits(width(self.inst))
+        self._popcount(self.src(read, 0), dst)
+
+    def _popcount(self, x: tuple, dst: str | None = None) -> str:
+        """Bits set in a word: the SWAR sum of 2-, 4- and 8-bit fields, the bytes added by one multiply."""
+        pairs = self.op("and", (self.op("shr_u", x, (None, 1)), 0), (None, 0x55555555))
+        x = (self.op("sub", x, (pairs, 0)), 0)
+        quads = self.op("and", (self.op("shr_u", x, (None, 2)), 0), (None, 0x33333333))
+        x = (self.op("add", (self.op("and", x, (None, 0x33333333)), 0), (quads, 0)), 0)
+        x = (self.op("add", x, (self.op("shr_u", x, (None, 4)), 0)), 0)
+        x = (self.op("and", x, (None, 0x0F0F0F0F)), 0)
+        return self.op("shr_u", (self.op("mul", x, (None, 0x01010101)), 0), (None, 24), dst=dst)
+
+    def _op_clz(self, read, dst):
+        """Leading zeros: every bit below the highest set one smeared to 1, then the zeros counted."""
+        self._need_fits(width(self.inst))
+        x = self.src(read, 0)
+        for shift in (1, 2, 4, 8, 16):
+            x = (self.op("or", x, (self.op("shr_u", x, (None, shift)), 0)), 0)
+        self._popcount((self.op("xor", x, (None, MASK32)), 0), dst)
+
+    def _op_brev(self, read, dst):
+        """Bit reversal: swap neighbouring bits, pairs, nibbles, bytes, then the halves."""
+        self._need_fits(width(self.inst))
+        x = self.src(read, 0)
+        for shift, mask in ((1, 0x55555555), (2, 0x33333333), (4, 0x0F0F0F0F), (8, 0x00FF00FF)):
+            down = self.op("and", (self.op("shr_u", x, (None, shift)), 0), (None, mask))
+            up = self.op("shl", (self.op("and", x, (None, mask)), 0), (None, shift))
+            x = (self.op("or", (down, 0), (up, 0)), 0)
+        up = self.op("shl", x, (None, 16))
+        self.op("or", (self.op("shr_u", x, (None, 16)), 0), (up, 0), dst=dst)
 
     def _op_mad(self, read, dst):
         inst = self.inst

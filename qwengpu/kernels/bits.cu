@@ -1,0 +1,46 @@
+// The bit and high-product intrinsics, lowered to short sequences of the machine's ALU ops (no new circuit layers):
+// mul.hi from 16-bit partial products, popc by SWAR sums, clz by smearing then counting, brev by swapping fields.
+// Checked against Python's integers on edge words on the interpreter (tests/test_kernels.py).
+
+// The high word of a 32 x 32 product, unsigned and signed, by a register.
+extern "C" __global__ void umulhi(int *out, const int *x, const int *y) {
+    int i = threadIdx.x;
+    out[i] = __umulhi((unsigned)x[i], (unsigned)y[i]);
+}
+
+extern "C" __global__ void mulhi(int *out, const int *x, const int *y) {
+    int i = threadIdx.x;
+    out[i] = __mulhi(x[i], y[i]);
+}
+
+// Division by constants: NVRTC multiplies by a magic number and keeps the high word (mul.hi.s32, and
+// mul.wide.u32 + shr.u64 for unsigned).
+extern "C" __global__ void udiv7(int *out, const int *x) {
+    int i = threadIdx.x;
+    out[i] = (int)((unsigned)x[i] / 7u);
+}
+
+extern "C" __global__ void div10(int *out, const int *x) {
+    int i = threadIdx.x;
+    out[i] = x[i] / 10;
+}
+
+extern "C" __global__ void remm13(int *out, const int *x) {
+    int i = threadIdx.x;
+    out[i] = x[i] % -13;
+}
+
+extern "C" __global__ void popc(int *out, const int *x) {
+    int i = threadIdx.x;
+    out[i] = __popc(x[i]);
+}
+
+extern "C" __global__ void clz(int *out, const int *x) {
+    int i = threadIdx.x;
+    out[i] = __clz(x[i]);
+}
+
+extern "C" __global__ void brev(int *out, const int *x) {
+    int i = threadIdx.x;
+    out[i] = (int)__brev((unsigned)x[i]);
+}
