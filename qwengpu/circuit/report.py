@@ -5,6 +5,7 @@ largest absolute difference between the model's residual and the circuit's is ke
 the positions where the model writes, and the mismatches. A broken invariant shows up at the layer that breaks it.
 
     python -m qwengpu.circuit.report            # the vadd kernel's stream, bf16 and fp32
+    python -m qwengpu.circuit.report --dtypes bfloat16 --paths decode,recurrent,chunked    # chunked verify's paths
 """
 from __future__ import annotations
 
@@ -36,20 +37,60 @@ class Deviation:
         return "\n".join(lines)
 
 
-def deviation(model_backend, stream, label: str, circuit: CircuitBackend | None = None) -> Deviation:
-    """Feed ``stream`` to the circuit and to ``model_backend`` (built with trace=True) and compare every layer."""
+def exact_residuals(stream, circuit: CircuitBackend | None = None) -> list[list[np.ndarray]]:
+    """The exact circuit's residual after every layer at every position of ``stream`` ([position][layer])."""
     circuit = circuit or CircuitBackend(trace=True)
     circuit.trace = True
-    report = Deviation(label, [0.0] * len(circuit.layers), [layer.purpose for layer in circuit.layers])
+    out = []
+    for token in stream:
+        circuit.feed(token.id)
+        out.append(circuit.residuals)
+    return out
+
+
+def _names() -> list[str]:
+    from .exact import compiled
+    from .layers import QWEN35_2B
+    return [layer.purpose for layer in compiled(QWEN35_2B).layers]
+
+
+def deviation(model_backend, stream, label: str, circuit: CircuitBackend | None = None,
+              exact: list | None = None) -> Deviation:
+    """Feed ``stream`` to the circuit and to ``model_backend`` (built with trace=True) and compare every layer.
+    ``exact``: the circuit's residuals from exact_residuals, when the caller has them already."""
+    exact = exact if exact is not None else exact_residuals(stream, circuit)
+    names = _names()
+    report = Deviation(label, [0.0] * len(names), names)
+    position = iter(range(len(stream)))
 
     def compare(token) -> None:
-        circuit.feed(token.id)
-        for index, (exact, model) in enumerate(zip(circuit.residuals, model_backend.residuals)):
-            report.layers[index] = max(report.layers[index], float(np.abs(model - exact).max()))
+        for index, (reference, model) in enumerate(zip(exact[next(position)], model_backend.residuals)):
+            report.layers[index] = max(report.layers[index], float(np.abs(model - reference).max()))
 
     result = verify(model_backend, stream, after_feed=compare)
     report.compared, report.mismatches, report.min_margin = result.compared, len(result.mismatches), result.min_margin
     report.seconds_per_token = sum(result.times) / max(result.fed, 1)
+    return report
+
+
+def chunk_deviation(model_backend, stream, label: str, path: str = "chunked", chunk: int = 64,
+                    circuit: CircuitBackend | None = None, exact: list | None = None) -> Deviation:
+    """The same comparison for chunked verify: ``model_backend`` (trace=True) is fed ``chunk`` positions per forward
+    on GDN path ``path``; after every layer, every position of the chunk is compared with the exact circuit."""
+    from .verify import Verifier
+    exact = exact if exact is not None else exact_residuals(stream, circuit)
+    names = _names()
+    report = Deviation(f"{label}, {path} path, {chunk} per forward", [0.0] * len(names), names)
+    verifier = Verifier(model_backend, chunk, path)
+    for first in range(0, len(stream), chunk):
+        part = range(first, min(first + chunk, len(stream)))
+        verifier.check(stream[:part.stop])
+        for index, model in enumerate(model_backend.chunk_residuals[:len(names)]):
+            reference = np.array([exact[position][index] for position in part])
+            report.layers[index] = max(report.layers[index], float(np.abs(model - reference).max()))
+    result = verifier.result
+    report.compared, report.mismatches, report.min_margin = result.compared, len(result.mismatches), result.min_margin
+    report.seconds_per_token = result.seconds / max(result.fed, 1)
     return report
 
 
@@ -59,10 +100,18 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m qwengpu.circuit.report", description=__doc__.splitlines()[0])
     parser.add_argument("--stream", default="vadd", help="which kernel-suite stream to replay (default vadd)")
     parser.add_argument("--dtypes", default="bfloat16,float32")
+    parser.add_argument("--paths", default="decode",
+                        help="decode (one token per forward), recurrent and / or chunked (chunked verify's GDN rules)")
+    parser.add_argument("--chunk", type=int, default=64, help="positions per forward on the chunked-verify paths")
     args = parser.parse_args(argv)
     stream = dict(kernel_streams())[args.stream]
     for dtype in args.dtypes.split(","):
-        print(deviation(ModelBackend(dtype=dtype, trace=True), stream, f"{args.stream} in {dtype}").table())
+        for path in args.paths.split(","):
+            backend = ModelBackend(dtype=dtype, trace=True)
+            if path == "decode":
+                print(deviation(backend, stream, f"{args.stream} in {dtype}").table())
+            else:
+                print(chunk_deviation(backend, stream, f"{args.stream} in {dtype}", path, args.chunk).table())
 
 
 if __name__ == "__main__":
