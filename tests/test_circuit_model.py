@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, Qwen3_5ForCausalLM
 from qwengpu import Device
 from qwengpu.circuit.exact import CircuitBackend
 from qwengpu.circuit.model import VOCAB_FILE, ModelBackend, save_checkpoint
-from qwengpu.circuit.report import deviation
+from qwengpu.circuit.report import chunk_deviation, deviation, exact_residuals
 from qwengpu.circuit.verify import verify
 from qwengpu.device import Kernel
 from qwengpu.isa import EXIT, NONE, TID, Block, Operand
@@ -56,15 +56,35 @@ def test_the_model_is_transformers_qwen35_with_linear_attention_layers(bf16):
     assert next(model.parameters()).dtype == torch.bfloat16
 
 
-def test_bf16_model_follows_the_circuit_exactly_at_every_layer(bf16):
+@pytest.fixture(scope="module")
+def arithmetic():
+    """The arithmetic stream and the exact circuit's residual after every layer at each of its positions."""
     stream = arithmetic_stream()
+    return stream, exact_residuals(stream, CircuitBackend(trace=True))
+
+
+def test_bf16_model_follows_the_circuit_exactly_at_every_layer(bf16, arithmetic):
+    stream, exact = arithmetic
     state = bf16.snapshot()
-    report = deviation(bf16, stream, "arithmetic in bf16", CircuitBackend(trace=True))
+    report = deviation(bf16, stream, "arithmetic in bf16", exact=exact)
     bf16.restore(state)
     assert report.compared == sum(t.origin == "model" for t in stream[1:])
     assert report.mismatches == 0, report.table()
     assert report.layers == [0.0] * len(report.layers), report.table()
     assert report.min_margin >= 8
+
+
+def test_bf16_model_is_exact_on_the_chunked_gdn_path_at_every_layer(bf16, arithmetic):
+    """Chunked verify's forward (transformers' torch_chunk_gated_delta_rule, many positions at once, continued
+    across forwards through the cache) leaves every layer of every position exactly on the circuit."""
+    stream, exact = arithmetic
+    state = bf16.snapshot()
+    bf16._reset()
+    report = chunk_deviation(bf16, stream, "arithmetic in bf16", "chunked", chunk=160, exact=exact)
+    bf16.restore(state)
+    assert report.compared == sum(t.origin == "model" for t in stream[1:])
+    assert report.mismatches == 0, report.table()
+    assert report.layers == [0.0] * len(report.layers), report.table()
 
 
 def test_model_device_runs_host_copies(bf16):
