@@ -380,6 +380,8 @@ def test_bits_mulhi_unsigned_and_signed(seed):
 def test_bits_division_by_constants():
     c_div = lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)    # C truncates toward zero
     assert _bits_launch("udiv7", EDGE) == [v // 7 for v in EDGE]
+    twice = lambda v: (lambda w: (w // 10 + w) & 0xFFFFFFFF)((v // 10 + v) & 0xFFFFFFFF)
+    assert _bits_launch("udiv10loop", EDGE) == [twice(v) for v in EDGE]
     assert _bits_launch("div10", EDGE) == [c_div(_signed(v), 10) & 0xFFFFFFFF for v in EDGE]
     assert _bits_launch("remm13", EDGE) == [(_signed(v) - c_div(_signed(v), -13) * -13) & 0xFFFFFFFF
                                             for v in EDGE]

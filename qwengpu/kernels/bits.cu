@@ -20,6 +20,16 @@ extern "C" __global__ void udiv7(int *out, const int *x) {
     out[i] = (int)((unsigned)x[i] / 7u);
 }
 
+// The dividend redefined by a loop (a register with several definitions: the high word is recomputed where the
+// factor still holds, in the product's basic block).
+extern "C" __global__ void udiv10loop(int *out, const int *x) {
+    int i = threadIdx.x;
+    unsigned v = x[i];
+#pragma unroll 1
+    for (int k = 0; k < 2; k++) v = v / 10u + v;
+    out[i] = (int)v;
+}
+
 extern "C" __global__ void div10(int *out, const int *x) {
     int i = threadIdx.x;
     out[i] = x[i] / 10;

@@ -920,9 +920,18 @@ class Emitter:
         product = self.definitions[source.name][0]
         if product.base != "mul" or "wide" not in product.modifiers or width(product) != 32 or product.guard:
             return None
+        body = self.blocks[self.block_index].body
+        here = [k for k, other in enumerate(body) if other is product or other is inst]
+        between = body[here[0] + 1:here[1]] if len(here) == 2 and body[here[0]] is product else None
         for factor in sources(product)[:2]:
-            if isinstance(factor, Reg) and (len(self.definitions.get(factor.name, [])) != 1
-                                            or factor.name in self.addresses):
+            if not isinstance(factor, Reg):
+                continue
+            if factor.name in self.addresses:
+                return None
+            # Defined once, or not redefined between the product and the shift in one basic block.
+            if len(self.definitions.get(factor.name, [])) != 1 and (
+                    between is None or any(destination(other) == factor.name for other in between
+                                           if isinstance(other, Instruction))):
                 return None
         return product
 
