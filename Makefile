@@ -22,8 +22,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# The whole kernel suite on the compiled circuit and the bf16 model: tokens compared, mismatches, time per token.
+# The tests marked slow (CI leaves them out), then the whole kernel suite on the compiled circuit and the bf16 model:
+# tokens compared, mismatches, time per token.
 verify: $(STAMP)
+	$(PY) -m pytest -m slow
 	$(PY) -m qwengpu.circuit.suite
 
 # The seed's training runs (three) and diffusion runs (two) at their default sizes on 4 interpreter-backed QwenGPUs, each checked against its

@@ -52,6 +52,7 @@ def test_circuit_ranks_in_a_rendezvous_write_the_unbatched_streams():
     assert max(rendezvous.batch_sizes) == 3 and rendezvous.forwards < sum(len(s) for s in reference_streams())
 
 
+@pytest.mark.slow  # make verify: bf16 model on three ranks
 def test_bf16_model_ranks_share_one_forward_and_write_the_unbatched_streams():
     devices = {r: Device(backend="model", dtype="bfloat16") for r in range(3)}
     assert len({id(d.backend.model) for d in devices.values()}) == 1          # one model for the ranks

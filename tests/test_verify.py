@@ -57,6 +57,7 @@ def test_verifier_refuses_what_it_cannot_check():
         verifier.check(dev.tokens[:2])
 
 
+@pytest.mark.slow  # make verify: per-token bf16 decode for comparison
 def test_verify_chunked_equals_per_token_verify_on_a_short_stream():
     """The chunked pass agrees with the decode path on what it compares (the induction's two forms)."""
     from qwengpu.circuit.verify import verify
