@@ -50,10 +50,11 @@ def test_remote_deadlock_lines_carry_kernel_and_flag_names(tmp_path):
 
     import qccl
     script = tmp_path / "deadlock.py"
+    # Both ranks share the launcher's stdout: one os.write of under PIPE_BUF bytes is atomic, print's pieces interleave.
     script.write_text("import os, numpy as np, qccl\nrank, n = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])\n"
                       "c = qccl.Communicator.init(n, rank, qccl.get_unique_id(), config={'fifo_slots': 1})\n"
                       "try:\n    c.allreduce(np.arange(16, dtype=np.int32), np.zeros(16, np.int32))\n"
-                      "except qccl.DeadlockError as e:\n    print(f'rank {rank} says', repr(e.message), flush=True)\n")
+                      "except qccl.DeadlockError as e:\n    os.write(1, f'rank {rank} says {e.message!r}\\n'.encode())\n")
     r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", "2", "--timeout", "200", str(script)], cwd=ROOT,
                        capture_output=True, text=True, timeout=240)
     comms = qccl.Communicator.init_all(2, config={"fifo_slots": 1})
