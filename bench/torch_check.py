@@ -247,13 +247,6 @@ SHORT = ("all_reduce sum", "refused float32 all_reduce, then a working one", "al
          "all_to_all_single uneven int64", "batch_isend_irecv ring bfloat16", "new_group of the even ranks, all_reduce")
 
 
-def refused(entry: dict) -> bool:
-    """A bitwise all_reduce that qccl refuses with an error naming the op (its kernels have no bitwise modes yet)."""
-    op = entry["call"].removeprefix("all_reduce ")
-    return op in ("band", "bor", "bxor") and bool(entry["error"]) and "InvalidArgument" in entry["error"] and \
-        op.upper() in entry["error"]
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", default="qccl", choices=("qccl", "gloo"))

@@ -16,12 +16,12 @@ from .errors import (DeadlockError, InternalError, InvalidArgument, InvalidUsage
 from .group import group, group_end, group_start
 from .hookspecs import ProfilerEvent, TuneRequest, Tuning, hookimpl
 from .plugins import get_transport, plugin_manager, transports
-from .types import AVG, MAX, MIN, PROD, SUM, DataType, RedOp, data_type, red_op
+from .types import AVG, BAND, BOR, BXOR, MAX, MIN, PROD, SUM, DataType, RedOp, data_type, red_op
 from .version import __version__, get_version
 
 __all__ = [
     "Communicator", "UniqueId", "get_unique_id", "Config", "SPLIT_NOCOLOR", "group", "group_start", "group_end",
-    "SUM", "PROD", "MAX", "MIN", "AVG", "RedOp", "DataType", "red_op", "data_type", "get_version", "__version__",
+    "SUM", "PROD", "MAX", "MIN", "AVG", "BAND", "BOR", "BXOR", "RedOp", "DataType", "red_op", "data_type", "get_version", "__version__",
     "QcclError", "InvalidArgument", "InvalidUsage", "InternalError", "SystemError", "RemoteError", "DeadlockError",
     "UnhandledDeviceError", "Result", "get_error_string", "plugin_manager", "transports", "get_transport",
     "hookimpl", "ProfilerEvent", "TuneRequest", "Tuning",

@@ -27,7 +27,7 @@ from .errors import InvalidArgument, InvalidUsage, QcclError, Result
 from .heap import Heap
 from .plugins import get_transport, tune
 from .schedule import RankState
-from .types import _integer, red_op
+from .types import BITWISE, RedOp, _integer, red_op
 
 MAX_RANKS = 8
 ALGOS = {"allreduce": ("ring", "multicast"), "reduce": ("ring",), "reduce_scatter": ("ring",),
@@ -342,8 +342,10 @@ class Communicator:
             raise InvalidUsage(f"{what} on a {state} communicator (rank {self._rank})")
 
     # -- argument checks -----------------------------------------------------------------------------------------------
-    def _reducible(self, buf: Buffer, what: str) -> str:
+    def _reducible(self, buf: Buffer, what: str, op: RedOp) -> str:
         name = str(buf.dtype)
+        if op in BITWISE and name not in ("int32", "uint32"):
+            raise InvalidArgument(f"{what}: op {op} takes int32 or uint32, not {name}")
         if name not in self.transport.dtypes:
             raise InvalidArgument(f"{what}: dtype {name} is not supported by transport {self.transport.name} for "
                                   f"reductions (supported: {', '.join(self.transport.dtypes)}; the copy collectives "
@@ -415,7 +417,7 @@ class Communicator:
         self._stream(stream)
         op = red_op(op)
         s, r = self._buffers("allreduce", sendbuf, recvbuf)
-        dt = self._reducible(s, "allreduce")
+        dt = self._reducible(s, "allreduce", op)
         self._enqueue(Sig("allreduce", s.count, dt, str(op), None,
                           self._algo("allreduce", algo, s.count, s.dtype, op)), s, r)
 
@@ -430,7 +432,7 @@ class Communicator:
         root = self._root(root)
         op = red_op(op)
         s, r = self._buffers("reduce", sendbuf, recvbuf, recv=self._rank == root)
-        dt = self._reducible(s, "reduce")
+        dt = self._reducible(s, "reduce", op)
         self._enqueue(Sig("reduce", s.count, dt, str(op), root, self._algo("reduce", algo)), s, r)
 
     @_api
@@ -469,7 +471,7 @@ class Communicator:
         self._stream(stream)
         op = red_op(op)
         s, r = self._buffers("reduce_scatter", sendbuf, recvbuf, "scatter")
-        dt = self._reducible(s, "reduce_scatter")
+        dt = self._reducible(s, "reduce_scatter", op)
         self._enqueue(Sig("reduce_scatter", r.count, dt, str(op), None, self._algo("reduce_scatter", algo)), s, r)
 
     @_api

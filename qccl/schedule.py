@@ -30,7 +30,8 @@ OP_SHIFT, UNSIGNED, DIV, NOWAIT, POST = 5, 256, 512, 1024, 2048
 # mcast's mode bits (qccl/kernels/mcast.cu)
 MC_PRE_WAIT, MC_STORE, MC_POST, MC_WAIT = 1, 2, 4, 8
 
-_OP_BITS = {RedOp.SUM: 0, RedOp.PROD: 1, RedOp.MAX: 2, RedOp.MIN: 3, RedOp.AVG: 0}
+_OP_BITS = {RedOp.SUM: 0, RedOp.PROD: 1, RedOp.MAX: 2, RedOp.MIN: 3, RedOp.AVG: 0,
+            RedOp.BAND: 4, RedOp.BOR: 5, RedOp.BXOR: 6}
 
 
 @dataclass

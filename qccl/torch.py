@@ -10,8 +10,8 @@ Ranks of a group are qccl ranks of one QLink world (one QwenGPU per process); th
 gloo group built from the store torch hands the backend, with qccl's liveness (qccl.liveness) on every wait.
 
 - Reductions (all_reduce, reduce, reduce_scatter, reduce_scatter_tensor) take the dtypes the transport reduces (QLink:
-  int32, uint32) and the ops qccl has (SUM, PRODUCT, MIN, MAX, AVG, which truncates like C; BAND, BOR, BXOR once
-  qccl's kernels have them). Any other dtype or op is refused before anything moves, with an error naming it and the
+  int32, uint32) and the ops qccl has (SUM, PRODUCT, MIN, MAX, AVG, which truncates like C, and the bitwise BAND,
+  BOR, BXOR that the machine's ALU has and NCCL lacks). Any other dtype or op is refused before anything moves, with an error naming it and the
   supported ones; the group stays usable.
 - The copy collectives (broadcast, all_gather, all_gather_into_tensor, all_to_all_single, all_to_all, gather,
   scatter, send / recv) take any dtype: the tensor's bytes travel as 32-bit words, each block padded to whole words.

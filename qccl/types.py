@@ -23,17 +23,25 @@ class _Named(IntEnum):
 
 
 class RedOp(_Named):
-    """ncclRedOp_t."""
+    """ncclRedOp_t, then the bitwise ops the machine's ALU has and NCCL lacks (torch.distributed's BAND, BOR, BXOR).
+    NCCL has no number for those: they are taken by name only, and their values lie outside NCCL's op numbers."""
     SUM = 0
     PROD = 1
     MAX = 2
     MIN = 3
     AVG = 4
+    BAND = 0x100
+    BOR = 0x101
+    BXOR = 0x102
 
 
 SUM, PROD, MAX, MIN, AVG = RedOp.SUM, RedOp.PROD, RedOp.MAX, RedOp.MIN, RedOp.AVG
+BAND, BOR, BXOR = RedOp.BAND, RedOp.BOR, RedOp.BXOR
+BITWISE = (BAND, BOR, BXOR)         # integer dtypes only
+_NCCL_OPS = (SUM, PROD, MAX, MIN, AVG)
 
-_OP_NAMES = {"sum": SUM, "prod": PROD, "product": PROD, "max": MAX, "min": MIN, "avg": AVG, "mean": AVG}
+_OP_NAMES = {"sum": SUM, "prod": PROD, "product": PROD, "max": MAX, "min": MIN, "avg": AVG, "mean": AVG,
+             "band": BAND, "bor": BOR, "bxor": BXOR}
 
 
 def _integer(x) -> int | None:
@@ -44,7 +52,7 @@ def _integer(x) -> int | None:
 
 
 def red_op(op) -> RedOp:
-    """An op given as a RedOp, its NCCL number or its name ('sum', 'prod', 'max', 'min', 'avg').
+    """An op given as a RedOp, its NCCL number or its name ('sum', 'prod', 'max', 'min', 'avg', 'band', 'bor', 'bxor').
 
     >>> red_op("avg") is red_op(4) is AVG
     True
@@ -54,12 +62,12 @@ def red_op(op) -> RedOp:
     if isinstance(op, str) and op.lower() in _OP_NAMES:
         return _OP_NAMES[op.lower()]
     number = _integer(op)
-    if number is not None and number in RedOp._value2member_map_:
+    if number is not None and number in _NCCL_OPS:
         return RedOp(number)
     name = getattr(op, "name", None)        # torch.distributed.ReduceOp and friends
     if isinstance(name, str) and name.lower() in _OP_NAMES:
         return _OP_NAMES[name.lower()]
-    raise InvalidArgument(f"invalid reduction op {op!r} (ops are sum, prod, max, min, avg, or NCCL's numbers 0..4)")
+    raise InvalidArgument(f"invalid reduction op {op!r} (ops are sum, prod, max, min, avg, band, bor, bxor, or NCCL's numbers 0..4)")
 
 
 class DataType(_Named):

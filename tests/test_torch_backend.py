@@ -29,14 +29,13 @@ def run(tmp_path, n: int, backend: str, short: bool) -> list[list[dict]]:
 @pytest.mark.parametrize("n,short", [(2, False), (4, True), (8, True)], ids=["2procs-all", "4procs-short",
                                                                             "8procs-short"])
 def test_program_matches_numpy_and_gloo(tmp_path, n, short):
-    from qccl_bench.torch_check import refused
     q = run(tmp_path, n, "qccl", short)
     g = run(tmp_path, n, "gloo", short) if n != 4 else None     # gloo on 2 and 8 (CI's time); numpy everywhere
     compared = 0
     for rank in range(n):
         assert sum(e["numpy"] is True for e in q[rank]) >= (3 if short else 20)
         for eq in q[rank]:
-            assert eq["numpy"] is not False and (not eq["error"] or refused(eq)), eq
+            assert eq["numpy"] is not False and not eq["error"], eq       # every call runs, BAND/BOR/BXOR too
         if g is None:
             continue
         assert [e["call"] for e in q[rank]] == [e["call"] for e in g[rank]]

@@ -15,12 +15,16 @@
 #define LOCAL 4     // read the local input x
 #define SPLIT 8     // do not combine: send x as is and store the received value into y (a pipelined send/recv)
 #define COPY  16    // store the result into y
-// Reduction op, in bits 5..7 of mode (NCCL's ncclRedOp_t order: sum, prod, max, min; avg is sum then DIV).
+// Reduction op, in bits 5..7 of mode (NCCL's ncclRedOp_t order: sum, prod, max, min; avg is sum then DIV; then the
+// bitwise ops the machine's ALU has and NCCL lacks).
 #define OP_SHIFT 5
 #define OP_SUM  0
 #define OP_PROD 1
 #define OP_MAX  2
 #define OP_MIN  3
+#define OP_BAND 4
+#define OP_BOR  5
+#define OP_BXOR 6
 #define UNSIGNED 256   // max/min compare as uint32
 #define DIV      512   // divide the value by `divisor` before it is stored (NCCL's avg post-op)
 #define NOWAIT  1024   // a later data launch of the same step: its flags were already waited for
@@ -52,6 +56,7 @@ extern "C" __global__ void prim(int mode, int n,
             if (!(mode & LOCAL)) v = r;
             else if (op == OP_SUM) v = v + r;
             else if (op == OP_PROD) v = v * r;
+            else if (op >= OP_BAND) v = op == OP_BAND ? (v & r) : op == OP_BOR ? (v | r) : (v ^ r);
             else if (mode & UNSIGNED) {
                 unsigned a = (unsigned)v, b = (unsigned)r;
                 v = (int)(op == OP_MAX ? (a > b ? a : b) : (a < b ? a : b));
