@@ -97,7 +97,6 @@ class Row:
     root: int
     out_of_place: Half | None = None
     in_place: Half | None = None
-    skipped: str = ""
     extra: dict = field(default_factory=dict)
 
 
@@ -264,13 +263,6 @@ def _bench_group(n: int, rank: int) -> None:
                             timeout=timedelta(seconds=600))
 
 
-def supported(kind: str, comms) -> str:
-    """Why a collective cannot run here ('' when it can)."""
-    if kind == "alltoall" and not hasattr(comms[0], "alltoall"):
-        return "alltoall: qccl.Communicator has no alltoall yet (it is being added); skipped"
-    return ""
-
-
 # -- the table ------------------------------------------------------------------------------------------------------
 HEAD1 = ("#" + " " * 62 + "out-of-place" + " " * 46 + "in-place")
 HEAD2 = (f"#{'size':>11} {'count':>12} {'type':>7} {'redop':>6} {'root':>5}"
@@ -288,8 +280,6 @@ def _half_text(h: Half | None) -> str:
 
 def row_text(row: Row) -> str:
     text = f" {row.size:11d} {row.count:12d} {row.type:>7} {row.redop:>6} {row.root:5d}"
-    if row.skipped:
-        return text + "  " + row.skipped
     text += _half_text(row.out_of_place) + _half_text(row.in_place)
     gloo = [h.gloo_time for h in (row.out_of_place,) if h is not None and h.gloo_time is not None]
     return text + (f"   gloo {gloo[0]:9.1f} us" if gloo else "")
@@ -395,13 +385,11 @@ def main(argv: list[str] | None = None) -> int:
         if kind in PER_RANK:
             count = per * runner.n
         row = Row(name, count * dtype.itemsize, count, t, o, root)
-        row.skipped = supported(kind, runner.comms)
-        if not row.skipped:
-            op = "sum" if o == "none" else o
-            r0 = max(root, 0)
-            row.out_of_place = runner.half(kind, per, dtype, op, r0, False, row.size)
-            if kind in IN_PLACE:
-                row.in_place = runner.half(kind, per, dtype, op, r0, True, row.size)
+        op = "sum" if o == "none" else o
+        r0 = max(root, 0)
+        row.out_of_place = runner.half(kind, per, dtype, op, r0, False, row.size)
+        if kind in IN_PLACE:
+            row.in_place = runner.half(kind, per, dtype, op, r0, True, row.size)
         rows.append(row)
         print(row_text(row), file=out, flush=True)
         if len(cases) > 1 and not a.quiet and lead:
@@ -421,8 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                "results": [{"collective": r.collective, "size": r.size, "count": r.count, "type": r.type,
                             "redop": r.redop, "root": r.root,
                             "out_of_place": r.out_of_place.json() if r.out_of_place else None,
-                            "in_place": r.in_place.json() if r.in_place else None,
-                            **({"skipped": r.skipped} if r.skipped else {})} for r in rows],
+                            "in_place": r.in_place.json() if r.in_place else None} for r in rows],
                "out_of_bounds": bad, "average_bus_bandwidth": avg}
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1)

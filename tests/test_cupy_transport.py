@@ -290,11 +290,10 @@ def _gpu():
     return cupy
 
 
-@pytest.mark.parametrize("dtype", K.DTYPES)
+# numpy has no bfloat16: bench/nccl_compare.py checks that dtype through torch tensors.
+@pytest.mark.parametrize("dtype", [d for d in K.DTYPES if d != "bfloat16"])
 def test_on_a_gpu_every_dtype_and_op(dtype):
     _gpu()
-    if dtype == "bfloat16":
-        pytest.skip("bfloat16 buffers come as torch tensors; covered by bench/nccl_compare.py")
     comms = qccl.Communicator.init_all(2, transport="cupy")
     ops = ("sum", "prod", "max", "min")
     for i, kind in enumerate(("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")):
