@@ -267,6 +267,21 @@ def summary(rows: list, key: str) -> dict:
     return {"min": int(min(values)), "max": int(max(values)), "median": float(np.median(values))}
 
 
+def tokens_per_step(rows: list) -> dict:
+    """Tokens written per step per rank over a run: the least of the per-step minima, the most and the median of the
+    per-step maxima (rows carry ``tokens_min`` / ``tokens_max`` over ranks)."""
+    most = summary(rows, "tokens_max")
+    return {"min": summary(rows, "tokens_min")["min"], "max": most["max"], "median": most["median"]}
+
+
+def report_verify(machines: Machines, backend) -> dict:
+    """verify_contexts, with its one-line summary printed; the runs' --verify option."""
+    v = verify_contexts(machines, backend)
+    print(f"  verify mode on the {v['backend']}: {v['compared']:,} written tokens predicted in {v['contexts']} "
+          f"contexts, {v['positions_per_s']} positions/s")
+    return v
+
+
 def write_json(path: str | None, report: dict) -> None:
     if path:
         Path(path).write_text(json.dumps(report, indent=2, default=_plain))

@@ -145,10 +145,7 @@ def main(argv=None) -> dict:
     print("  memory map:")
     common.print_memory_map(result["memory_map"])
     if args.verify:
-        result["verify"] = common.verify_contexts(run.m, args.verify)
-        v = result["verify"]
-        print(f"  verify mode on the {v['backend']}: {v['compared']:,} written tokens predicted in {v['contexts']} "
-              f"contexts, {v['positions_per_s']} positions/s")
+        result["verify"] = common.report_verify(run.m, args.verify)
     common.write_json(args.json, result)
     common.save_npz(args.save, run.parameters())
     common.plot_loss(args.png, f"{run.name} ({run.variant}): {result['loss']} loss per image",

@@ -122,9 +122,7 @@ def main(argv=None) -> dict:
     report = {
         "run": "points_ddpm", "backend": args.backend, "steps": args.steps, "seed": args.seed,
         "T": T, "hidden": H, "ranks": 4, "lr_shift": L,
-        "tokens_per_step": {"min": common.summary(log.rows, "tokens_min")["min"],
-                            "max": common.summary(log.rows, "tokens_max")["max"],
-                            "median": common.summary(log.rows, "tokens_max")["median"]},
+        "tokens_per_step": common.tokens_per_step(log.rows),
         "launches_per_step": log.rows[-1]["launches"],
         "memory": sd.m.memory_map(),
         "train_seconds": round(train_s, 1),

@@ -205,10 +205,7 @@ def main(argv=None, run_class=XorRun, steps: int = 200) -> dict:
                        rebase_every=common.rebase_every(args.rebase_every, args.backend))
     report(result)
     if args.verify:
-        result["verify"] = common.verify_contexts(run.m, args.verify)
-        v = result["verify"]
-        print(f"  verify mode on the {v['backend']}: {v['compared']:,} written tokens predicted in {v['contexts']} "
-              f"contexts, {v['positions_per_s']} positions/s")
+        result["verify"] = common.report_verify(run.m, args.verify)
     common.write_json(args.json, result)
     common.save_npz(args.save, run.parameters())
     common.plot_loss(args.png, f"{run.name}: loss word of each rank (Q8)",
