@@ -42,6 +42,7 @@ INIT_TIMEOUT = float(os.environ.get("QCCL_INIT_TIMEOUT", "30"))  # seconds init 
 SLICE = 0.05                # seconds of one gloo wait between two looks at the store
 # one store operation; a store that is gone refuses at once, so this only bounds a store that is slow (a loaded host)
 STORE_TIMEOUT = timedelta(seconds=30)
+JOIN_BEAT = 5.0             # seconds leave() waits for the heartbeat thread's last store call to return
 LAUNCH_PREFIX = "qccl/launch"            # where qccl.launch writes why a rank's process ended
 
 _graveyard: list = []       # gloo groups with abandoned work: never destroyed (see the module docstring)
@@ -114,6 +115,10 @@ class Liveness:
             return
         self.left = True
         self._stop.set()
+        if threading.current_thread() is not self._thread:
+            # a daemon thread still inside a store call when the interpreter finalizes is ended by pthread_exit,
+            # whose unwind through torch's C++ ends the process with std::terminate (SIGABRT): wait for it here
+            self._thread.join(JOIN_BEAT)
         try:
             self.store.set(self._key("gone", self.rank), f"{reason} (its last call: {self.last_call})")
         except Exception:       # noqa: BLE001  (the store is gone too: the peers see the heartbeat stop)
@@ -275,9 +280,9 @@ _live: list[Liveness] = []
 
 
 def _at_exit() -> None:
-    """Tell the peers this rank leaves, without waiting for them (a peer still waiting on it then gets RemoteError).
-    The worlds' gloo groups are kept past interpreter shutdown: destroyed during finalization, gloo's threads end the
-    process with std::terminate (SIGABRT) even when nothing is pending."""
+    """Tell the peers this rank leaves, without waiting for them (a peer still waiting on it then gets RemoteError),
+    and stop the heartbeats before finalization (see leave()). The worlds' gloo groups are kept past interpreter
+    shutdown: one may hold abandoned work, which its destructor would wait for."""
     for live in _live:
         live.leave("exited" if _exit_reason is None else _exit_reason)
         live._abandon()

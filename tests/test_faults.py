@@ -111,3 +111,42 @@ def test_a_world_that_never_assembles_names_the_missing_ranks(tmp_path):
     assert "SystemError" in r.stderr and "waited 3 s for ranks 1, 2 and 3" in r.stderr, r.stderr
     assert "qccl.launch or torchrun" in r.stderr
     assert took < 60
+
+
+def test_leave_waits_for_the_heartbeat_threads_last_store_call():
+    """A heartbeat thread still inside a store call when the interpreter finalizes is ended by pthread_exit inside
+    torch's C++, and the process aborts (SIGABRT after every result was right: CI lost a 4-process run to it on a
+    loaded host). So leave(), which runs at exit, returns only once the thread has ended, even when each heartbeat
+    blocks in C++ (here a 0.3 s wait for a key that never comes, as a slow store does)."""
+    import datetime
+    import torch.distributed as dist
+    from qccl import liveness as L
+
+    class SlowStore:
+        def __init__(self, store):
+            self.store = store
+
+        def clone(self):
+            return self
+
+        def set_timeout(self, t):
+            pass
+
+        def set(self, key, value):
+            if "/beat/" in key:
+                try:
+                    self.store.wait(["never"], datetime.timedelta(seconds=0.3))
+                except Exception:       # noqa: BLE001  (the wait's timeout is the point)
+                    pass
+            self.store.set(key, value)
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
+    live = L.Liveness(SlowStore(store), rank=0, nranks=1, prefix="t")
+    try:
+        time.sleep(0.1)                 # the thread is inside its first slow heartbeat
+        assert live._thread.is_alive()
+        live.leave("exited")
+        assert not live._thread.is_alive()
+        assert store.get("t/gone/0").decode().startswith("exited")
+    finally:
+        L._live.remove(live)

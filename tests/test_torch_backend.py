@@ -26,8 +26,7 @@ def run(tmp_path, n: int, backend: str, short: bool) -> list[list[dict]]:
     return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(n)]
 
 
-# 8 processes: in make verify (-m slow), for the gloo exit abort noted in test_qlink_processes.py
-@pytest.mark.parametrize("n,short", [(2, False), (4, True), pytest.param(8, True, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("n,short", [(2, False), (4, True), (8, True)],
                          ids=["2procs-all", "4procs-short", "8procs-short"])
 def test_program_matches_numpy_and_gloo(tmp_path, n, short):
     q = run(tmp_path, n, "qccl", short)
