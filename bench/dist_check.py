@@ -93,13 +93,17 @@ def gloo_result(kind, op, sends, root, rank, n):
     return None
 
 
+# every rank's whole token stream is kept and digested (a communicator keeps only its latest positions by default)
+WHOLE_STREAM = {"backend_options": {"token_log": None}}
+
+
 def digest(dev) -> str:
-    return hashlib.sha256(np.asarray([t.id for t in dev.tokens], np.int64).tobytes()).hexdigest()
+    return hashlib.sha256(dev.tokens.ids().tobytes()).hexdigest()
 
 
 def in_process(n: int, burst: int = 1, which: str = "basic") -> dict:
     """The same calls with every rank in this process (one group per call): results and token digests per rank."""
-    comms = qccl.Communicator.init_all(n, config={"burst": burst})
+    comms = qccl.Communicator.init_all(n, config={"burst": burst, **WHOLE_STREAM})
     ok = True
     for i, case in enumerate(case_list(n, which)):
         b = H.prepare(n, case.kind, case.count, case.dtype, case.in_place, seed=100 + i)
@@ -119,7 +123,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default="basic", choices=("basic", "wide", "wide+big"))
     a = ap.parse_args(argv)
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    comm = qccl.Communicator.init(n, rank, qccl.get_unique_id(), config={"burst": a.burst})
+    comm = qccl.Communicator.init(n, rank, qccl.get_unique_id(), config={"burst": a.burst, **WHOLE_STREAM})
     if n > 1:       # torch.distributed's own gloo group, for the second reference (qccl's world has its own group)
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="env://", world_size=n, rank=rank)

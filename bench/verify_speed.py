@@ -22,7 +22,7 @@ import numpy as np
 def record_allreduce(nranks: int = 4, count: int = 16, seed: int = 0) -> dict:
     """rank -> token stream of one AllReduce over QLink, recorded by interpreter devices, checked against numpy."""
     import qccl
-    comms = qccl.Communicator.init_all(nranks, transport="qlink")
+    comms = qccl.Communicator.init_all(nranks, transport="qlink", config={"backend_options": {"token_log": None}})
     rng = np.random.default_rng(seed)
     send = [rng.integers(-2**31, 2**31, count).astype(np.int32) for _ in range(nranks)]
     recv = [np.zeros(count, np.int32) for _ in range(nranks)]

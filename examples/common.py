@@ -73,7 +73,9 @@ class Machines:
     _map: list = field(init=False)
 
     def __post_init__(self):
-        self.comms = qccl.Communicator.init_all(self.nranks, config={**self.heap, "backend": self.backend})
+        # the whole token stream is kept: verify_contexts replays every context of the run
+        self.comms = qccl.Communicator.init_all(self.nranks, config={**self.heap, "backend": self.backend,
+                                                                     "backend_options": {"token_log": None}})
         self.world = self.comms[0].world
         heap = self.comms[0].heap
         self._next = heap.used

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from . import tokens as T
+from .tokenlog import TokenLog
 from .interpreter import Interpreter, Wait
 from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
 from .lowering import Program, lower
@@ -119,7 +120,13 @@ class Record:
     stores: list[tuple[int, int]]
     next: int | None
     wait: Wait | None
-    tokens: list[T.Token]
+    span: tuple[int, int] = (0, 0)      # the record's positions in the device's token log
+    log: object = None
+
+    @property
+    def tokens(self) -> list[T.Token]:
+        """The record's tokens (built when asked: most callers need only the values and stores)."""
+        return self.log[self.span[0]:self.span[1]]
 
 
 class Device:
@@ -128,13 +135,15 @@ class Device:
     backend: "interpreter" (the reference), "circuit" (the compiled weights evaluated exactly) or "model" (the
     weights in transformers' Qwen3.5, options dtype= and device=); options go to the backend. router: set by a
     transport; ``router.route(address)`` returns an aperture (with ``.multicast``) or None for local memory.
+    token_log: None keeps the whole stream in ``tokens`` (what verification replays); a number keeps at least that
+    many of the latest positions, trimmed between launches (a long-lived device's memory stays flat).
     """
 
-    def __init__(self, backend: str = "interpreter", router=None, **options):
+    def __init__(self, backend: str = "interpreter", router=None, token_log: int | None = None, **options):
         self.backend_name = backend
         self.backend = make_backend(backend, **options)
         self.router = router
-        self.tokens: list[T.Token] = []
+        self.tokens = TokenLog(token_log)
         self.stats = {"tokens_written": 0, "tokens_fed": 0, "records": 0, "launches": 0}
         self.launch_records: list[int] = []
         self._allocations: dict[int, int] = {}
@@ -299,19 +308,39 @@ class Device:
         args = tuple(_integer(a, "kernel argument") for a in args)
         program = kernel.program(args, threads, block, blocks)
         self._check_supported(kernel, program)
-        if program.barrier and threads > LANES:
-            raise MachineError(f"kernel {kernel.name} uses __syncthreads and threads={threads}: warps run one after "
-                               f"another, so a barrier needs threads <= {LANES}")
+        self._check_reserved(kernel, program)
         self._snapshot = (self.backend.snapshot(), len(self.tokens), dict(self.stats), list(self._rom))
         for row, block in enumerate(program.blocks):
             words = encode_block(block)
             if self._rom[row] != words:
                 self._feed_all([T.ROM(row)] + [T.VAL(w) for w in words], T.HOST)
                 self._rom[row] = words
+        first, count = program.cleared          # a block's resume words start at 0 (a memset: words copied)
+        for address in range(first, first + count):
+            self._feed_all(T.write_record(address, 0), T.HOST)
         warps = [(base, min(LANES, threads - base)) for base in range(0, threads, LANES)]
-        self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0}
+        self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0, "parked": []}
         self.stats["launches"] += 1
         self._next_warp()
+
+    def _check_reserved(self, kernel: Kernel, program: Program) -> None:
+        """A block's __shared__ arrays and barrier state take the top words of memory: refuse a launch whose words
+        an allocation holds, before anything is fed."""
+        first, count = program.reserved
+        for start, size in sorted(self._allocations.items()):
+            if count and start < first + count and first < start + size:
+                raise MachineError(f"kernel {kernel.name} keeps its __shared__ arrays and barrier state in words "
+                                   f"{first}..{first + count - 1}, and allocation {start}..{start + size - 1} "
+                                   f"overlaps them (device memory below word {first} is free for allocations)")
+
+    def _park(self, block: int) -> None:
+        """A warp that ended in a parking block (it stopped at __syncthreads) runs again once every warp of the
+        block has ended: the device follows the EXEC the model wrote; the resume point is in the machine's words."""
+        launch = self._launch
+        if block in launch["program"].barrier_exits:
+            launch["parked"].append(launch["warp"])
+        if not launch["warps"]:
+            launch["warps"], launch["parked"] = launch["parked"], []
 
     def _check_supported(self, kernel: Kernel, program: Program) -> None:
         """A compiled circuit computes a subset of the ALU: refuse a program outside it before anything is fed."""
@@ -334,6 +363,7 @@ class Device:
 
     def _next_warp(self) -> None:
         base, lanes = self._launch["warps"].pop(0)
+        self._launch["warp"] = (base, lanes)
         self._feed_all([T.WARP, T.VAL(base), T.VAL(lanes)], T.HOST)
         self._pending = self._predict()
 
@@ -356,26 +386,28 @@ class Device:
                 break
             stores.append(self._write_back(kernel, block, token))
         run = getattr(self.backend, "last", None)
-        record = Record(kernel.name, block, [], stores, None, getattr(run, "wait", None), [])
+        record = Record(kernel.name, block, [], stores, None, getattr(run, "wait", None))
         if run is None:             # a backend that shows only tokens: a spin loop is known by its block and EXEC
             record.wait = self._spin_wait(block, token)
-        values = self.tokens[first + 1:first + 1 + 2 * LANES]
-        record.values = [T.argument(values[2 * i].id) | (T.argument(values[2 * i + 1].id) << 16)
-                         for i in range(LANES)]
+        values = [self.tokens.id(first + 1 + i) for i in range(2 * LANES)]
+        record.values = [T.argument(values[2 * i]) | (T.argument(values[2 * i + 1]) << 16) for i in range(LANES)]
         self.stats["records"] += 1
         self._launch["records"] += 1
         if token == T.END:
             self._feed(token, T.MODEL)
+            self._park(block)
             if self._launch["warps"]:
                 self._next_warp()
                 record.next = T.argument(self._pending)
             else:
                 self.launch_records.append(self._launch["records"])
                 self._launch, self._pending, self._snapshot = None, None, None
+                self.tokens.trim()      # between launches only: a launch in flight can still be rolled back
         else:
             self._pending = token
             record.next = T.argument(token)
-        record.tokens = self.tokens[first:]
+        record.span = (first, len(self.tokens))
+        record.log = self.tokens
         return record
 
     def _spin_wait(self, index: int, next_token: int) -> Wait | None:
@@ -443,7 +475,7 @@ class Device:
 
     def _feed(self, token: int, origin: str, written: int | None = None) -> None:
         self.backend.feed(token)
-        self.tokens.append(T.Token(token, origin, written if written != token else None))
+        self.tokens.append(token, origin, written)
         self.stats["tokens_written" if origin == T.MODEL else "tokens_fed"] += 1
 
     def _feed_all(self, tokens: Sequence[int], origin: str) -> None:

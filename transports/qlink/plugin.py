@@ -33,6 +33,9 @@ from .lockstep import Lockstep, Paused
 hookimpl = qccl.hookimpl          # pytest's pattern: plugins mark hooks with the marker qccl exports
 
 DTYPES = ("int32", "uint32")
+# Positions of each device's token log a communicator keeps (at least; trimmed between launches): a long-lived
+# communicator's memory stays flat. backend_options={"token_log": None} keeps the whole stream, for verification.
+TOKEN_LOG = 1 << 16
 
 
 class QLinkWorld(World):
@@ -45,7 +48,7 @@ class QLinkWorld(World):
         self.routers = {r: Router() for r in self.local_ranks}
         devices = {}
         for r in self.local_ranks:
-            devices[r] = Device(backend=backend, **self.config.get("backend_options", {}))
+            devices[r] = Device(backend=backend, **{"token_log": TOKEN_LOG, **self.config.get("backend_options", {})})
             devices[r].router = self.routers[r]
         self.devices = devices
         self.lock = threading.RLock()
