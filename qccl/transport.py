@@ -9,13 +9,15 @@ A transport plugin (see :mod:`qccl.hookspecs`) returns a :class:`Transport`; ``c
 """
 from __future__ import annotations
 
+import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from .buffers import Buffer
-from .errors import InvalidArgument
+from .errors import InvalidArgument, SystemError
 from .heap import Route
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
@@ -213,3 +215,47 @@ def options(config: dict, defaults: dict, transport: str) -> dict:
         raise InvalidArgument(f"transport_options {unknown[0]!r} is not a key of the {transport} transport "
                               f"(its keys: {', '.join(sorted(defaults))})")
     return {**defaults, **given}
+
+
+class ThreadRoster:
+    """The ranks of a world shared by the threads of one process (one rank per thread), for its init: like
+    ncclCommInitRank, a thread's init returns once every rank has joined, and a world that never assembles is an
+    error within ``timeout`` seconds naming the ranks that never came (a lone ``init(2, 0, uid)`` without a
+    launcher would otherwise fail only at its first call).
+
+    >>> roster = ThreadRoster(2); roster.join([0, 1], timeout=1.0); roster.assembled
+    True
+    """
+
+    def __init__(self, nranks: int):
+        self.nranks = nranks
+        self.joined: set[int] = set()
+        self.assembled = False
+        self._changed = threading.Condition()
+
+    def join(self, ranks: Sequence[int], timeout: float) -> None:
+        """Add ``ranks`` and wait for the others; on timeout take them out again and raise SystemError."""
+        with self._changed:
+            self.joined.update(ranks)
+            if len(self.joined) == self.nranks:
+                self.assembled = True
+                self._changed.notify_all()
+            end = time.monotonic() + timeout
+            while not self.assembled:
+                left = end - time.monotonic()
+                if left <= 0:
+                    self.joined.difference_update(ranks)
+                    missing = sorted(set(range(self.nranks)) - self.joined - set(ranks))
+                    names = ", ".join(map(str, missing))
+                    raise SystemError(f"rank {', '.join(map(str, ranks))} waited {timeout:g} s (thread_timeout) at "
+                                      f"init of a {self.nranks}-rank communicator for rank(s) {names}, which never "
+                                      "called init with this unique id in this process: start one thread per rank, "
+                                      "use Communicator.init_all, or start one process per rank with qccl.launch or "
+                                      "torchrun")
+                self._changed.wait(left)
+
+    def leave(self, rank: int) -> bool:
+        """A rank was destroyed; True once every rank left (the world can be forgotten)."""
+        with self._changed:
+            self.joined.discard(rank)
+            return not self.joined

@@ -22,7 +22,7 @@ import time
 import qccl
 from qccl.errors import DeadlockError
 from qccl.plugins import LaunchTracer, comm_id
-from qccl.transport import Transport, World
+from qccl.transport import ThreadRoster, Transport, World
 from qwengpu import Device
 
 from .aperture import Aperture, Router
@@ -130,10 +130,9 @@ class QLinkWorld(World):
             self.engine.drop(rank)
 
     def destroy(self, rank) -> None:
-        joined = getattr(self, "joined", None)
-        if joined is not None:          # a world shared by threads: the registry forgets it once every rank left
-            joined.discard(rank)
-            if not joined:
+        roster = getattr(self, "roster", None)
+        if roster is not None:          # a world shared by threads: the registry forgets it once every rank left
+            if roster.leave(rank):
                 with _worlds_lock:
                     for key in [k for k, w in _worlds.items() if w is self]:
                         del _worlds[key]
@@ -191,10 +190,16 @@ class QLinkTransport(Transport):
             if world is None:
                 world = QLinkWorld(nranks, range(nranks), uid, config)
                 world.threaded = True
-                world.joined = set()
+                world.roster = ThreadRoster(nranks)
                 _worlds[key] = world
-            world.joined.update(ranks)
-            return world
+        try:
+            world.roster.join(ranks, float(config.get("thread_timeout", 60)))
+        except BaseException:
+            with _worlds_lock:
+                if not world.roster.joined and _worlds.get(key) is world:
+                    del _worlds[key]
+            raise
+        return world
 
 
 def _torch_distributed_ready(nranks: int) -> bool:

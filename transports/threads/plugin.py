@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 import qccl
-from qccl.transport import Transport
+from qccl.transport import ThreadRoster, Transport
 
 from .world import ThreadsWorld, check_single_process
 
@@ -37,7 +37,21 @@ class ThreadsTransport(Transport):
             if world is None:
                 world = _worlds[key] = ThreadsWorld(nranks, config)
                 world.threaded = True
-            return world
+                world.roster = ThreadRoster(nranks)
+                world.forget = lambda: _forget(key, world)     # once every rank is destroyed
+        try:
+            world.roster.join(ranks, float(config.get("thread_timeout", 60)))
+        except BaseException:
+            if not world.roster.joined:
+                _forget(key, world)
+            raise
+        return world
+
+
+def _forget(key, world) -> None:
+    with _lock:
+        if _worlds.get(key) is world:
+            del _worlds[key]
 
 
 TRANSPORT = ThreadsTransport()

@@ -133,6 +133,9 @@ class ThreadsWorld(World):
             if all(not self._pending(r) for r in self.ranks):
                 self.closed = True
             self.changed.notify_all()
+        roster = getattr(self, "roster", None)      # a world shared by threads: forgotten once every rank left
+        if roster is not None and roster.leave(rank):
+            self.forget()
 
     # -- the rank threads ----------------------------------------------------------------------------------------------
     def _loop(self, r: int) -> None:
