@@ -2,7 +2,9 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, .shared/.local/.const state, calls, global variables, float immediates. Device
+machine cannot have: vector operands, .local/.const state, dynamic (extern) shared memory, calls, global variables, float
+immediates. ``.shared`` arrays of a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by
+name and size in ``Kernel.shared``; the lowering places them in the block's words. Device
 functions (.func) beside a kernel are skipped: NVRTC emits libdevice helpers even where every use is inlined. What an instruction means is left to the lowering: opcodes are kept exactly as written (``.u32`` and
 ``.b32`` spellings both survive).
 """
@@ -73,6 +75,7 @@ class Kernel:
     params: list[Param] = field(default_factory=list)
     body: list = field(default_factory=list)            # Instruction | Label, in text order
     registers: dict[str, str] = field(default_factory=dict)  # "%r" -> "b32", "%p" -> "pred"
+    shared: dict[str, int] = field(default_factory=dict)     # .shared arrays it uses: name -> bytes, in order
 
 
 @dataclass
@@ -81,6 +84,7 @@ class Module:
     target: str
     address_size: int
     kernels: dict[str, Kernel] = field(default_factory=dict)
+    shared: dict[str, int] = field(default_factory=dict)     # module-scope .shared arrays: name -> bytes
 
 
 # Special registers are always in scope; whether the machine has one is the lowering's decision.
@@ -103,6 +107,25 @@ _PERF = {"maxntid", "reqntid", "minnctapersm", "maxnctapersm", "maxnreg", "noret
 # State spaces and declarations that the machine has no storage for.
 _UNSUPPORTED_DECL = {"shared", "local", "const", "global", "extern", "func", "param", "tex", "surfref", "texref",
                      "samplerref", "weak", "common", "callprototype", "alias"}
+
+
+_SHARED = re.compile(r"\.shared\s+(?:\.align\s+(\d+)\s+)?\.([usb](?:8|16|32|64))\s+(" + _IDENT + r")\s*"
+                     r"(?:\[\s*(\d*)\s*\])?")
+
+
+def _shared_declaration(line: int, text: str) -> tuple[str, int]:
+    """``.shared .align 4 .b8 name[32]`` (or a scalar ``.shared .u32 name``) -> (name, bytes)."""
+    m = _SHARED.fullmatch(text.strip())
+    if not m:
+        raise _err(line, "this .shared declaration is not supported (a sized array or a scalar of integers)", text)
+    if m.group(4) == "":
+        raise _err(line, "a .shared array without a size (dynamic shared memory, extern __shared__) is not "
+                         "supported: declare it with its size", text)
+    count = int(m.group(4)) if m.group(4) is not None else 1
+    size = int(m.group(2)[1:]) // 8 * count
+    if size <= 0:
+        raise _err(line, f".shared array {m.group(3)} has no bytes", text)
+    return m.group(3), size
 
 
 def _err(line: int, msg: str, text: str) -> PTXError:
@@ -192,8 +215,9 @@ def _check_version(v: str, line: int, text: str) -> None:
 class _KernelParser:
     """Collects one kernel's body; checks registers, labels and symbols against its declarations."""
 
-    def __init__(self, kernel: Kernel, line: int):
+    def __init__(self, kernel: Kernel, line: int, module_shared: dict[str, int] | None = None):
         self.k, self.line = kernel, line
+        self.module_shared = module_shared or {}
         self.counts: dict[str, int | None] = {}     # register prefix -> count declared with <N>, None for a name
         self.labels: dict[str, int] = {}
         self.targets: list[tuple[str, Instruction]] = []
@@ -204,6 +228,11 @@ class _KernelParser:
             self._reg(line, text)
         elif name in _PERF or name == "loc":
             return
+        elif name == "shared":
+            symbol, size = _shared_declaration(line, text)
+            if symbol in self.k.shared or symbol in self.module_shared:
+                raise _err(line, f".shared {symbol} is declared twice", text)
+            self.k.shared[symbol] = size
         elif name in _UNSUPPORTED_DECL:
             raise _err(line, f".{name} declarations are not supported", text)
         else:
@@ -271,9 +300,21 @@ class _KernelParser:
             off = -off if m.group(2) == "-" else off
         if m.group(1).startswith("%"):
             return Mem(self.reg(m.group(1), line, text), off)
+        if self._shared_symbol(m.group(1)):
+            return Mem(m.group(1), off)
         if m.group(1) not in {p.name for p in self.k.params}:
-            raise _err(line, f"unknown symbol {m.group(1)} (only parameters can be addressed)", text)
+            raise _err(line, f"unknown symbol {m.group(1)} (only parameters and .shared arrays can be addressed)",
+                       text)
         return Mem(m.group(1), off)
+
+    def _shared_symbol(self, name: str) -> bool:
+        """Whether ``name`` is a .shared array in scope (a module-scope one is recorded as used by this kernel)."""
+        if name in self.k.shared:
+            return True
+        if name in self.module_shared:
+            self.k.shared[name] = self.module_shared[name]
+            return True
+        return False
 
     def instruction(self, line: int, text: str) -> None:
         guard, negated, rest = None, False, text
@@ -290,7 +331,7 @@ class _KernelParser:
             raise _err(line, f"bad opcode {opcode!r}", text)
         ops = tuple(self.operand(s, line, text) for s in parts[1].split(",")) if len(parts) > 1 else ()
         ins = Instruction(opcode, ops, guard, negated, line, " ".join(text.split()))
-        self.targets += [(o.name, ins) for o in ops if isinstance(o, Label)]
+        self.targets += [(o.name, ins) for o in ops if isinstance(o, Label) and not self._shared_symbol(o.name)]
         self.k.body.append(ins)
 
     def finish(self) -> Kernel:
@@ -340,6 +381,7 @@ def parse(text: str) -> Module:
     version = target = None
     address_size = None
     kernels: dict[str, Kernel] = {}
+    shared: dict[str, int] = {}
     kp: _KernelParser | None = None
     skipping = 0            # depth inside a device function's body: skipped (a call to it is refused when lowered)
     for line, stmt, term in _chunks(_strip_comments(text)):
@@ -367,7 +409,7 @@ def parse(text: str) -> Module:
             if term == "{":
                 if version is None:
                     raise _err(line, "a kernel before the .version directive", stmt)
-                kp = _KernelParser(_parse_header(line, stmt), line)
+                kp = _KernelParser(_parse_header(line, stmt), line, shared)
                 if kp.k.name in kernels:
                     raise _err(line, f"kernel {kp.k.name} is defined twice", stmt)
                 continue
@@ -376,6 +418,15 @@ def parse(text: str) -> Module:
                     continue
                 raise _err(line, f"unexpected '{term}'", term)
             word = stmt.split(None, 1)[0]
+            if word == ".shared" and term == ";":
+                symbol, size = _shared_declaration(line, stmt)
+                if symbol in shared:
+                    raise _err(line, f".shared {symbol} is declared twice", stmt)
+                shared[symbol] = size
+                continue
+            if word == ".extern" and ".shared" in stmt.split():
+                raise _err(line, "dynamic shared memory (extern __shared__) is not supported: declare the array "
+                                 "with its size", stmt)
             if word.startswith(".") and word[1:] in _UNSUPPORTED_DECL | {"visible", "entry"}:
                 raise _err(line, "module-scope declarations are not supported", stmt)
             raise _err(line, "unexpected statement at module scope" if term else "missing ';'", stmt)
@@ -407,4 +458,4 @@ def parse(text: str) -> Module:
         raise PTXError("line 1: missing .target directive: " + repr(text[:40]))
     if address_size is None:
         raise PTXError("line 1: missing .address_size 64 directive: " + repr(text[:40]))
-    return Module(version, target, address_size, kernels)
+    return Module(version, target, address_size, kernels, shared)

@@ -249,12 +249,17 @@ def test_divergent_loop_runs_simt_style(threads):
     assert any(b.branch == "any" for b in kernel.program((0,), threads).blocks)
 
 
-def test_barrier_needs_one_warp():
+def test_barrier_of_one_warp_is_free_and_of_two_warps_parks():
+    """prim's __syncthreads: nothing in a block of one warp (qccl's programs); with two warps each warp parks there
+    once (tests/test_shared_memory.py checks what that means against numpy)."""
     dev = Device()
     kernel = dev.load_kernel("qccl/kernels/prim.cu", "prim")
-    args = [4 | 16, 4, 100, 0, 101, 0, 10, 20, 30, 40, 102, 0, 103, 0, 1]
-    with pytest.raises(MachineError, match="threads <= 4"):
-        dev.launch(kernel, threads=8, args=args)
+    args = (4 | 16, 4, 100, 0, 101, 0, 10, 20, 30, 40, 102, 0, 103, 0, 1)
+    one, two = kernel.program(args, 4), kernel.program(args, 8)
+    assert not one.barrier_exits and one.reserved == (0, 0)
+    assert len(two.barrier_exits) == 1 and two.cleared[1] == 8
+    dev.launch(kernel, threads=8, args=list(args))
+    assert dev.launch_records[-1] > 2 * len(one.blocks)
 
 
 def test_a_kernel_that_never_finishes_is_reported():

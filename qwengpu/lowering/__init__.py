@@ -7,6 +7,8 @@ The stages, one module each, run in this order:
                                  ``transfer.step``: the one transfer function per instruction every stage uses.
 3. ``emit.Emitter``              the executable blocks in program order as machine ops (``mop.MOp``) under lane
                                  predicates (``predicates.Predicate``); addresses in words (``pointers``).
+3b. ``barriers.expand``          with several warps, each __syncthreads becomes a parking block and a resume point
+                                 (the registers live across it kept in the block's words).
 4. ``fuse.fuse``                 packs a load into its consumer, a store or a branch into the op computing its value.
 5. ``regalloc.allocate``         virtual registers onto the 15 machine registers; the ROM blocks.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
+from .barriers import expand, state_slots
 from .cfg import basic_blocks
 from .emit import Emitter
 from .fuse import fuse
@@ -35,7 +38,7 @@ from ..ptx import Instruction, Mem, Reg
 from .pointers import address_registers
 from .values import MASK32, Const, Context
 
-__all__ = ["lower", "Program", "bind_arguments", "pointer_parameters"]
+__all__ = ["lower", "Program", "bind_arguments", "pointer_parameters", "shared_layout"]
 
 
 def pointer_parameters(kernel) -> set[str]:
@@ -80,12 +83,45 @@ def bind_arguments(kernel, args: list[int]) -> dict:
     return params
 
 
+def shared_layout(kernel) -> tuple[int, dict[str, int]]:
+    """The kernel's __shared__ arrays at the top of memory (below the sink), in declaration order, each starting on a
+    word: (words they take, name -> byte address)."""
+    sizes = {name: (size + 3) // 4 for name, size in getattr(kernel, "shared", {}).items()}
+    words = sum(sizes.values())
+    if words > isa.USABLE_WORDS:
+        listed = ", ".join(f"{name} {n}" for name, n in sizes.items())
+        raise MachineError(f"kernel {kernel.name} declares {words} words of __shared__ arrays ({listed}); memory has "
+                           f"{isa.USABLE_WORDS} words")
+    symbols, at = {}, isa.SINK - words
+    for name, n in sizes.items():
+        symbols[name] = 4 * at
+        at += n
+    return words, symbols
+
+
 def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1) -> Program:
     """Lower a parsed PTX kernel for a launch with these argument values, this many threads per block, as block
-    ``block`` of a grid of ``blocks``."""
-    context = Context(bind_arguments(kernel, args), threads, blocks, block)
+    ``block`` of a grid of ``blocks``.
+
+    A block's __shared__ arrays and (with more than one warp) its barrier state take the top words of memory
+    (``Program.reserved``; qwengpu.lowering.barriers)."""
+    shared_words, symbols = shared_layout(kernel)
+    context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols)
     cfg = basic_blocks(kernel)
     states = propagate(kernel, cfg, context)
     emitter = Emitter(kernel, cfg, states, context)
-    mops = fuse(emitter.run())
-    return allocate(kernel.name, mops, emitter.barrier)
+    mops = emitter.run()
+    slots = state_slots(mops)
+    words = shared_words + slots * threads
+    if words > isa.USABLE_WORDS:
+        raise MachineError(f"kernel {kernel.name} with {threads} threads needs {words} words of block memory "
+                           f"({shared_words} of __shared__ arrays, {slots * threads} to keep {slots - 1} registers "
+                           f"and a resume word per thread across __syncthreads); memory has {isa.USABLE_WORDS} words")
+    base = isa.SINK - words
+    mops, _ = expand(mops, threads, base)
+    program = allocate(kernel.name, fuse(mops), emitter.barrier)
+    if words:
+        program.reserved = (base, words)
+    if slots:
+        program.cleared = (base, threads)
+    return program

@@ -5,8 +5,9 @@ backward branches stay real branches: uniform ones (``while (*flag < k) {}``) as
 Registers that hold addresses (pointers.address_registers) are kept in words; every other register holds a plain
 value: 32-bit registers their value, narrower ones their value zero-extended (so unsigned compares need nothing),
 64-bit ones their low word. Each PTX instruction becomes a short sequence of the machine's ALU ops (isa.OPS); the
-table ``self.OPS`` names the method that builds each. Fences and ``bar.sync`` are no-ops: one warp runs at a time
-and stores leave in order.
+table ``self.OPS`` names the method that builds each. Fences are no-ops: one warp runs at a time and stores leave in
+order. ``bar.sync`` is a no-op in a block of one warp; with several warps it becomes a marker that
+``lowering.barriers`` expands.
 
 Example::
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 
-from ..isa import MachineError
+from ..isa import LANES, MachineError
 from ..ptx import Imm, Instruction, Mem, Reg
 from .cfg import BasicBlock
 from .mop import MOp
@@ -224,6 +225,9 @@ class Emitter:
         """A memory operand as (word address operand, byte within the word); where the byte is known only to the
         machine, the second item is a register holding its bit shift (byte * 8)."""
         inst = self.inst
+        if isinstance(mem.base, str) and mem.base in self.context.symbols:
+            byte = self.context.symbols[mem.base] + mem.offset      # ``[s+4]``: a .shared array's word
+            return (None, (byte // 4) & MASK32), byte % 4
         if isinstance(mem.base, str) or mem.base is None:
             raise unsupported(inst, "only addresses held in registers are global memory")
         value = read(mem.base)
@@ -510,7 +514,7 @@ class Emitter:
         base = inst.base
         if base in ("membar", "fence", "bar", "barrier"):
             if base in ("bar", "barrier"):
-                self.barrier = True
+                self._barrier(read)
             return
         guard = guard_value(inst, read)
         if guard == Const(0):
@@ -539,6 +543,25 @@ class Emitter:
                 self._compute(read, dst, value_here)
         step(inst, state, read, self.context)
         self.invalidate(dst)
+
+    def _barrier(self, read) -> None:
+        """``__syncthreads()``: a no-op for one warp (its lanes run in step); for several warps a marker that
+        lowering.barriers turns into a parking block and a resume point. Every lane of the warp stops there,
+        including lanes masked off by an if-converted branch (their masks are kept with the other registers)."""
+        inst = self.inst
+        mods = set(inst.modifiers)
+        if mods - {"sync", "aligned", "cta"} or len(inst.operands) not in (1, 2):
+            raise unsupported(inst, "the barriers are bar.sync / barrier.sync of the whole block "
+                                    "(__syncthreads); bar.arrive, bar.red and named partial barriers are not")
+        if len(inst.operands) == 2:
+            count = read(inst.operands[1])
+            if not (isinstance(count, Const) and count.value >= self.context.threads):
+                raise unsupported(inst, f"a barrier of fewer than the block's {self.context.threads} threads")
+        if guard_value(inst, read) != Const(1):
+            raise unsupported(inst, "a barrier under a lane predicate")
+        self.barrier = True
+        if self.context.threads > LANES:
+            self.mops.append(MOp("a", barrier=True, line=inst.line, text=inst.text))
 
     def _protect(self, register: str | None) -> None:
         """Before ``register`` is rewritten, lane predicates still to be used (this block's, and those waiting at

@@ -90,8 +90,8 @@ def fuse(mops: list[MOp]) -> list[MOp]:
                 _merge(mops, i)
                 changed = True
                 break
-            # load ; use it
-            if (first.load and not first.atomic and first.op == "a" and first.store is None and first.branch == "none"
+            # load ; use it (not a register loaded back after a barrier: its reader would look lane-dependent)
+            if (first.load and not first.atomic and not first.restore and first.op == "a" and first.store is None and first.branch == "none"
                     and first.dst and uses.get(first.dst, 0) == 1
                     and not second.load and not second.atomic and second.dst != first.dst
                     and (second.store is None or second.store[0] != first.dst)):
@@ -131,7 +131,7 @@ def _sink_load(mops: list[MOp], i: int) -> bool:
     """Pack a plain load into the later op that is its only reader, across ops that neither store, branch nor touch
     its registers. Each success removes an op, so fusion always ends."""
     mop = mops[i]
-    if not (mop.load and not mop.atomic and mop.op == "a" and mop.store is None and mop.branch == "none"
+    if not (mop.load and not mop.atomic and not mop.restore and mop.op == "a" and mop.store is None and mop.branch == "none"
             and mop.dst and _uses(mops).get(mop.dst, 0) == 1):
         return False
     # A predicated load goes only into an op under the same predicate, before the predicate changes.

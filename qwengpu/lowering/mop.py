@@ -25,6 +25,13 @@ class Program:
     registers: int
     barrier: bool
     listing: list[str]
+    # Blocks of more than one warp with __shared__ arrays or __syncthreads (qwengpu.lowering.barriers): the words
+    # the block keeps its shared arrays and barrier state in (first, count), the resume words the launch zeroes
+    # before a block's first warp (first, count), and the ROM blocks where a warp parks at a barrier (it ends there
+    # and runs again, from its resume point, once every warp of the block has reached the barrier).
+    reserved: tuple = (0, 0)
+    cleared: tuple = (0, 0)
+    barrier_exits: frozenset = frozenset()
 
 
 @dataclass
@@ -43,6 +50,9 @@ class MOp:
     text: str = ""
     labels: set = field(default_factory=set)   # basic blocks that start here
     target_index: int | None = None            # the machine op a branch goes to
+    barrier: bool = False           # a __syncthreads of a block of several warps (expanded by lowering.barriers)
+    restore: bool = False           # reads a lane's barrier state (warp-uniform where the register it restores is)
+    parks: bool = False             # the block where a warp stops at a barrier
 
     def reads(self, keep: bool = True) -> list[str]:
         regs = [s for s, _ in (self.a, self.b) if s not in (None, "tid")]

@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 from ..isa import EXIT, NONE, REGISTERS, ROM_BLOCKS, TID, Block, MachineError, Operand
+from .barriers import live_in as liveness, successors
 from .mop import MOp, Program
 
 
@@ -21,21 +22,8 @@ def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
         mops[-1].branch, mops[-1].target = "always", "exit"
     if len(mops) > ROM_BLOCKS:
         raise MachineError(f"kernel {kernel} needs {len(mops)} blocks; the ROM holds {ROM_BLOCKS}")
-    succ = []
-    for i, mop in enumerate(mops):
-        nexts = [] if mop.branch == "always" else [i + 1] if i + 1 < len(mops) else []
-        if mop.branch != "none" and mop.target != "exit":
-            nexts.append(mop.target_index)
-        succ.append(nexts)
-    live_in = [set() for _ in mops]
-    changed = True
-    while changed:
-        changed = False
-        for i in reversed(range(len(mops))):
-            out = set().union(*(live_in[s] for s in succ[i])) if succ[i] else set()
-            new = (out - ({mops[i].dst} if mops[i].dst else set())) | set(mops[i].reads())
-            if new != live_in[i]:
-                live_in[i], changed = new, True
+    succ = successors(mops)
+    live_in = liveness(mops)
     interference: dict[str, set] = {}
     for i, mop in enumerate(mops):
         out = set().union(*(live_in[s] for s in succ[i])) if succ[i] else set()
@@ -80,7 +68,9 @@ def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
         blocks.append(block)
         listing.append(f"b{i:<2} {block}    ; line {mop.line}: {mop.text}" if mop.line else f"b{i:<2} {block}")
     _check_uniform_branches(kernel, mops)
-    return Program(kernel, blocks, needed, barrier, listing)
+    program = Program(kernel, blocks, needed, barrier, listing)
+    program.barrier_exits = frozenset(i for i, mop in enumerate(mops) if mop.parks)
+    return program
 
 
 def _check_uniform_branches(kernel: str, mops: list[MOp]) -> None:
@@ -91,12 +81,14 @@ def _check_uniform_branches(kernel: str, mops: list[MOp]) -> None:
         changed = False
         for mop in mops:
             sources = [s for s, _ in (mop.a, mop.b)]
+            if mop.restore:         # a register loaded back after a barrier: as uniform as its other definitions
+                continue
             if mop.dst and mop.dst not in divergent and (
                     mop.pred is not None or "tid" in sources or any(s in divergent for s in sources)):
                 divergent.add(mop.dst)
                 changed = True
     for mop in mops:
-        if mop.branch in ("nonzero", "zero"):
+        if mop.branch in ("nonzero", "zero") and not mop.restore:   # a barrier's dispatch reads a warp's resume word
             sources = [s for s, _ in (mop.a, mop.b)]
             if "tid" in sources or any(s in divergent for s in sources):
                 raise MachineError(f"kernel {kernel}: the branch at line {mop.line} ({mop.text}) depends on the "

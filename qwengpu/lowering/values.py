@@ -10,11 +10,11 @@ Example::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import isa
 from ..isa import MachineError
-from ..ptx import Imm, Instruction, Reg
+from ..ptx import Imm, Instruction, Label, Reg
 
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1
@@ -51,6 +51,7 @@ class Context:
     threads: int
     blocks: int = 1             # blocks in the grid (%nctaid.x)
     block: int = 0              # this block's index (%ctaid.x): blocks run one after another, each lowered alone
+    symbols: dict = field(default_factory=dict)     # .shared array -> its byte address in the block's words
 
 
 SPECIAL = {"%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x", "%tid.y", "%tid.z", "%ntid.y", "%ntid.z", "%ctaid.y",
@@ -116,5 +117,7 @@ def make_reader(state: dict, context: Context):
                     return Const(1)
                 return Const(0)
             return state.get(name, Const(0))   # registers start at 0 on the machine
+        if isinstance(operand, Label) and operand.name in context.symbols:
+            return Const(context.symbols[operand.name])     # a .shared array's address (``mov.u64 %rd1, s``)
         raise MachineError(f"unexpected operand {operand!r}")
     return read

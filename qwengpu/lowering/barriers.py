@@ -1,0 +1,179 @@
+"""``__syncthreads()`` across the warps of a block, with nothing but the machine's own blocks.
+
+The machine runs one warp at a time, each from block 0 to its end, with its registers zeroed by the warp header.
+A barrier therefore splits a warp's run: at a ``bar.sync`` the warp stores the registers still needed after it
+(its *barrier state*, one word per lane and register) and the number of the barrier it stopped at (its resume
+word), then ends in a *parking* block. When every warp of the block has ended (parked or finished), the device runs
+the parked warps again; their program starts with a dispatch that reads the resume word and branches to the point
+after that barrier, where the registers are loaded back. So every warp finishes the phase before a barrier before
+any warp starts the phase after it: what ``__syncthreads()`` means on a GPU. The device only follows the model's
+control tokens (a warp that ended in a parking block runs again); every value, the resume point included, is
+computed and stored by the machine. A barrier in a loop, uniform or not, works the same way.
+
+Layout of the block's words (the top of memory, below the sink)::
+
+    [ barrier state: slot 0 = resume words, slots 1..L = registers ] [ __shared__ arrays ] [ sink ]
+      each slot is one word per thread of the block (address slot_base + tid)
+
+Example::
+
+    >>> from qwengpu.lowering.mop import MOp
+    >>> mops = [MOp("add", ("tid", 0), (None, 1), "%v"), MOp(barrier=True), MOp("a", ("%v", 0), store=("tid", 0))]
+    >>> mops, slots = expand(mops, threads=8, base=100)
+    >>> slots, [m.parks for m in mops].count(True)
+    (2, 1)
+"""
+from __future__ import annotations
+
+from ..isa import MachineError
+from .mop import MOp
+
+
+def successors(mops: list[MOp]) -> list[list[int]]:
+    """Each op's successors in the op graph (fall-through and branch target)."""
+    succ = []
+    for i, mop in enumerate(mops):
+        nexts = [] if mop.branch == "always" else [i + 1] if i + 1 < len(mops) else []
+        if mop.branch != "none" and mop.target != "exit" and mop.target_index < len(mops):
+            nexts.append(mop.target_index)      # (a target past the last op is the end: the warp exits there)
+        succ.append(nexts)
+    return succ
+
+
+def live_in(mops: list[MOp], keeps: list[bool] | None = None) -> list[set]:
+    """The virtual registers live on entry to each op (read later before they are written, on some path).
+    A predicated op reads its destination (inactive lanes keep the old value) unless ``keeps[i]`` says the old value
+    is never observed (``observed_keeps``)."""
+    succ = successors(mops)
+    live = [set() for _ in mops]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(len(mops))):
+            out = set().union(*(live[s] for s in succ[i])) if succ[i] else set()
+            reads = mops[i].reads(keep=True if keeps is None else keeps[i])
+            new = (out - ({mops[i].dst} if mops[i].dst else set())) | set(reads)
+            if new != live[i]:
+                live[i], changed = new, True
+    return live
+
+
+def observed_keeps(mops: list[MOp]) -> list[bool]:
+    """For each predicated op ``@q d = ...``: whether a later op may read the value d had before it on a lane where
+    q was off. Reads under a predicate that d was written under since that predicate was last computed see only
+    fresh lanes (``@!p x = ..; @!p y = x + 1`` in a loop keeps nothing); a read on every lane, or under another
+    predicate, may see the old value. Without this every value an if-converted body computes would look live
+    around its loop, and a barrier would keep registers whose old values no lane reads."""
+    succ = successors(mops)
+    result = []
+    for i, mop in enumerate(mops):
+        if mop.pred is None or not mop.dst:
+            result.append(False)
+            continue
+        d, observed = mop.dst, False
+        seen = set()
+        work = [(s, frozenset({mop.pred})) for s in succ[i]]
+        while work and not observed:
+            j, covered = work.pop()
+            if (j, covered) in seen:
+                continue
+            seen.add((j, covered))
+            later = mops[j]
+            operands = [s for s, _ in (later.a, later.b)] + ([later.store[0]] if later.store else [])
+            if (later.pred is not None and later.pred[0] == d) or (
+                    d in operands and (later.pred is None or later.pred not in covered)):
+                observed = True
+                break
+            if later.dst == d and later.pred is None:
+                continue                       # rewritten on every lane: the old value is gone on this path
+            if later.dst == d:
+                covered = covered | {later.pred}
+            if later.dst:
+                covered = frozenset(c for c in covered if c[0] != later.dst)
+            work += [(s, covered) for s in succ[j]]
+        result.append(observed)
+    return result
+
+
+def defined_in(mops: list[MOp]) -> list[set]:
+    """The virtual registers some path from the start writes before each op. The others still hold the 0 of the
+    warp's start there, as they will again when the warp resumes: a barrier need not keep them."""
+    succ = successors(mops)
+    defined = [set() for _ in mops]
+    reached = [False] * len(mops)
+    if mops:
+        reached[0] = True
+    changed = True
+    while changed:
+        changed = False
+        for i, mop in enumerate(mops):
+            if not reached[i]:
+                continue
+            out = defined[i] | ({mop.dst} if mop.dst else set())
+            for s in succ[i]:
+                if not reached[s] or not out <= defined[s]:
+                    reached[s], defined[s] = True, defined[s] | out
+                    changed = True
+    return defined
+
+
+def kept_registers(mops: list[MOp]) -> dict[int, list[str]]:
+    """For each barrier marker, the registers its warps must keep: live after it and written before it."""
+    markers = [i for i, mop in enumerate(mops) if mop.barrier]
+    if not markers:
+        return {}
+    live, defined = live_in(mops, observed_keeps(mops)), defined_in(mops)
+    return {i: sorted(live[i] & defined[i]) for i in markers}
+
+
+def state_slots(mops: list[MOp]) -> int:
+    """Words per thread the barrier state needs: the resume word and the most registers kept across one barrier."""
+    kept = kept_registers(mops)
+    return 1 + max(len(regs) for regs in kept.values()) if kept else 0
+
+
+def expand(mops: list[MOp], threads: int, base: int) -> tuple[list[MOp], int]:
+    """Replace each barrier marker by its spill stores and parking block, and the resume point after it by the loads
+    that restore the registers; put the dispatch in front. ``base`` is the first word of the barrier state.
+    Returns the new ops and the slots (words per thread) the state uses."""
+    kept_at = kept_registers(mops)
+    if not kept_at:
+        return mops, 0
+    slots = 1 + max(len(regs) for regs in kept_at.values())
+    resume_word = ("tid", base)
+    out: list[MOp] = []
+    new_index: dict[int, int] = {}
+    resumes: list[int] = []                 # the op each barrier's warps resume at, in barrier order
+    for i, mop in enumerate(mops):
+        new_index[i] = len(out)
+        if not mop.barrier:
+            out.append(mop)
+            continue
+        k = len(resumes) + 1
+        kept = kept_at[i]
+        note = dict(line=mop.line, text=mop.text)
+        first = len(out)
+        for j, reg in enumerate(kept, start=1):
+            out.append(MOp("a", (reg, 0), store=("tid", base + j * threads), **note))
+        out.append(MOp("a", (None, k), store=resume_word, branch="always", target="exit", parks=True, **note))
+        out[first].labels |= mop.labels
+        resumes.append(len(out))
+        for j, reg in enumerate(kept, start=1):
+            out.append(MOp("a", ("tid", base + j * threads), dst=reg, load=True, restore=True, **note))
+    new_index[len(mops)] = len(out)         # a branch to the end lands on an exit
+    if resumes[-1] == len(out) or any(mop.branch != "none" and mop.target != "exit" and mop.target_index == len(mops)
+                                      for mop in mops):
+        out.append(MOp("a", branch="always", target="exit", text="exit"))
+    for k, position in enumerate(resumes, start=1):
+        out[position].labels.add(f"resume{k}")
+    dispatch = [MOp("eq", resume_word, (None, k), load=True, branch="nonzero", target="resume", restore=True,
+                    text=f"__syncthreads: resume after barrier {k}") for k in range(1, len(resumes) + 1)]
+    shift = len(dispatch)
+    for mop in out:
+        if mop.branch != "none" and mop.target != "exit" and mop.target_index is not None:
+            if mop.target_index not in new_index:
+                raise MachineError(f"internal: branch to op {mop.target_index} outside the program")
+            mop.target_index = new_index[mop.target_index] + shift
+    for k, mop in enumerate(dispatch):
+        mop.target_index = resumes[k] + shift
+    return dispatch + out, slots
