@@ -16,7 +16,8 @@ pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("fault,n", [("raise", 2), ("kill", 2), ("mismatch", 2), ("launcher", 2)])
+@pytest.mark.parametrize("fault,n", [("raise", 2), ("kill", 2), ("mismatch", 2), ("launcher", 2), ("raise", 4),
+                                     ("kill", 4), ("mismatch", 4)])
 def test_injected_fault_ends_every_rank_with_an_error(fault, n):
     from qccl_bench.faults import bound, inject, judge
     res = inject(fault, n, victim=n - 1, at=1, calls=4, seed=3)
@@ -36,14 +37,16 @@ def test_injected_fault_ends_every_rank_with_an_error(fault, n):
         assert f"rank {n - 1} failed: was killed by SIGKILL" in res["log"]
 
 
-def test_under_torchrun_a_killed_rank_is_named_or_torchrun_stops_the_rest():
+@pytest.mark.parametrize("n", [2, 4])
+def test_under_torchrun_a_killed_rank_is_named_or_torchrun_stops_the_rest(n):
     from qccl_bench.faults import bound, inject, judge
-    res = inject("kill", 2, victim=1, at=1, calls=4, seed=4, launcher="torchrun")
+    res = inject("kill", n, victim=1, at=1, calls=4, seed=4, launcher="torchrun")
     assert judge(res)["ok"], (res["ranks"], res["log"])
-    rep = res["ranks"][0]
-    if rep["error"] is not None:        # qccl's error came before torchrun's SIGTERM
-        assert rep["error"].startswith("RemoteError") and "rank 1" in rep["error"], rep
-        assert rep["delay"] <= bound("kill", 0, 1)
+    assert not res["hung"] and res["left"] == 0, res["log"]
+    for rep in res["ranks"]:
+        if rep["rank"] != 1 and rep["error"] is not None:        # qccl's error came before torchrun's SIGTERM
+            assert rep["error"].startswith("RemoteError") and "rank 1" in rep["error"], rep
+            assert rep["delay"] <= bound("kill", rep["rank"], 1)
 
 
 def _launch(tmp_path, n, body: str, env=None, timeout=120):
