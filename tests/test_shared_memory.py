@@ -1,0 +1,244 @@
+"""__shared__ memory and __syncthreads() across the warps of a block (qwengpu/kernels/shared.cu,
+qwengpu/lowering/barriers.py): each kernel against numpy on the interpreter, the limits as errors that name the value
+and the limit and leave memory untouched, the host's part (program rows, warp headers, zeroed resume words: no value
+computed), and the circuit writing the interpreter's tokens (the bf16 model in make verify)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from qwengpu import Device, MachineError
+from qwengpu import tokens as T
+from qwengpu.isa import LANES, SINK
+from qwengpu.ptx import PTXError, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT / "qwengpu" / "kernels" / "shared.cu"
+
+
+def words(rng, n, lo=-(1 << 31), hi=(1 << 31) - 1):
+    return rng.integers(lo, hi, n, endpoint=True, dtype=np.int64).astype(np.int32)
+
+
+def wrap(values) -> np.ndarray:
+    """int32 wrap-around of exact integer sums (the machine's words)."""
+    return np.asarray(values, dtype=np.int64).astype(np.uint32).view(np.int32)
+
+
+def kernel(dev, name):
+    return dev.load_kernel(str(SHARED), name)
+
+
+# ------------------------------------------------------------------------------------------------ against numpy
+
+@pytest.mark.parametrize("threads, blocks", [(8, 1), (8, 2), (6, 1), (5, 3), (4, 2)])
+def test_block_sum_across_two_warps(threads, blocks):
+    """The Done-when kernel: every thread stores its word in a __shared__ array, __syncthreads(), thread 0 adds the
+    block's words (in warp 0, reading what warp 1 stored)."""
+    rng = np.random.default_rng(threads * 10 + blocks)
+    dev = Device()
+    out, x = dev.alloc(4), dev.alloc(24)
+    xv = words(rng, 24)
+    dev.write(out, np.full(4, -5))
+    dev.write(x, xv)
+    dev.launch(kernel(dev, "block_sum"), threads=threads, blocks=blocks, args=[out, x])
+    expect = np.full(4, -5, dtype=np.int32)
+    expect[:blocks] = wrap(xv[:threads * blocks].astype(np.int64).reshape(blocks, threads).sum(axis=1))
+    np.testing.assert_array_equal(dev.read(out, 4), expect)
+    np.testing.assert_array_equal(dev.read(x, 24), xv)
+
+
+@pytest.mark.parametrize("threads, blocks, n", [(8, 1, 8), (8, 3, 21), (16, 2, 29), (16, 1, 3), (12, 2, 20)])
+def test_tree_reduction_with_a_barrier_in_its_loop(threads, blocks, n):
+    rng = np.random.default_rng(n)
+    dev = Device()
+    out, x = dev.alloc(4), dev.alloc(32)
+    xv = words(rng, 32, -(1 << 20), 1 << 20)
+    dev.write(x, xv)
+    dev.launch(kernel(dev, "tree_sum"), threads=threads, blocks=blocks, args=[out, x, n])
+    padded = np.where(np.arange(threads * blocks) < n, xv[:threads * blocks], 0).reshape(blocks, threads)
+    if threads & (threads - 1):          # not a power of two: the tree adds the pairs it reaches, as on a GPU
+        expect = []
+        for row in padded.astype(np.int64):
+            s = row.copy()
+            stride = threads // 2
+            while stride > 0:
+                s[:stride] += s[stride:2 * stride]
+                stride //= 2
+            expect.append(s[0])
+    else:
+        expect = padded.astype(np.int64).sum(axis=1)
+    np.testing.assert_array_equal(dev.read(out, blocks), wrap(expect))
+
+
+@pytest.mark.parametrize("threads", [8, 6, 7])
+def test_reverse_through_shared_memory_keeps_a_register_across_the_barrier(threads):
+    rng = np.random.default_rng(threads)
+    dev = Device()
+    out, x = dev.alloc(16), dev.alloc(16)
+    xv = words(rng, 16, -(1 << 28), 1 << 28)
+    dev.write(x, xv)
+    dev.launch(kernel(dev, "reverse"), threads=threads, args=[out, x])
+    v = xv[:threads].astype(np.int64) * 3
+    np.testing.assert_array_equal(dev.read(out, threads), wrap(v[::-1] - v))
+
+
+@pytest.mark.parametrize("threads, n", [(8, 8), (8, 5), (12, 11), (5, 5)])
+def test_shared_histogram_with_shared_atomics(threads, n):
+    rng = np.random.default_rng(threads + n)
+    dev = Device()
+    h, x = dev.alloc(4), dev.alloc(16)
+    xv = words(rng, 16)
+    dev.write(h, np.full(4, 99))
+    dev.write(x, xv)
+    dev.launch(kernel(dev, "shared_histogram"), threads=threads, args=[h, x, n])
+    np.testing.assert_array_equal(dev.read(h, 4), np.bincount(xv[:n] & 3, minlength=4))
+
+
+@pytest.mark.parametrize("threads, rounds", [(8, 3), (6, 2), (12, 0), (16, 5), (8, 1)])
+def test_barriers_in_a_loop_whose_trip_count_is_in_memory(threads, rounds):
+    rng = np.random.default_rng(threads * rounds + 1)
+    dev = Device()
+    out, x, r = dev.alloc(16), dev.alloc(16), dev.alloc(1)
+    xv = words(rng, 16)
+    dev.write(x, xv)
+    dev.write(r, [rounds])
+    dev.launch(kernel(dev, "rotate"), threads=threads, args=[out, x, r])
+    np.testing.assert_array_equal(dev.read(out, threads), np.roll(xv[:threads], -max(rounds, 1)))
+
+
+# ------------------------------------------------------------------------------------------------ how it runs
+
+def test_one_warp_needs_no_barrier_state_and_two_warps_park_at_each_barrier():
+    dev = Device()
+    k = kernel(dev, "tree_sum")
+    out, x = dev.alloc(2), dev.alloc(16)
+    one, two = k.program((out, x, 16), 4), k.program((out, x, 16), 8)
+    assert not one.barrier_exits and one.cleared == (0, 0)
+    assert one.reserved == (SINK - 16, 16)                 # the __shared__ array alone, at the top of memory
+    assert len(two.barrier_exits) == 2 and two.cleared == (SINK - 16 - 2 * 8, 8)
+    assert two.reserved == (SINK - 16 - 2 * 8, 16 + 2 * 8)   # resume words and one kept register (the stride)
+    dev.write(x, np.arange(16))
+    dev.launch(k, threads=8, args=[out, x, 16])
+    # 2 warps x (the first phase, one phase per trip of the stride loop 4, 2, 1, the last): 10 warp runs
+    assert dev.read(out, 1)[0] == sum(range(8))
+    runs = sum(1 for t in dev.tokens if t.id == T.WARP)
+    assert runs == 2 * 5
+
+
+def test_the_host_feeds_rows_headers_and_zero_resume_words_only():
+    """The rule: the host launches and copies words. In a launch with barriers the host-fed tokens are program rows,
+    warp headers (base, lanes) and the zeroing of the block's resume words; every value is the model's."""
+    dev = Device()
+    out, x = dev.alloc(2), dev.alloc(8)
+    dev.write(x, np.arange(8) * 7)
+    k = kernel(dev, "block_sum")
+    program = k.program((out, x), 8)
+    start = len(dev.tokens)
+    dev.launch(k, threads=8, args=[out, x])
+    fed = [t.id for t in dev.tokens[start:] if t.origin == T.HOST]
+    i, cleared, headers = 0, [], []
+    while i < len(fed):
+        kind = T.kind(fed[i])
+        if kind == "ROM":
+            i += 1 + 10
+        elif kind == "WARP":
+            headers.append((T.argument(fed[i + 1]), T.argument(fed[i + 2])))
+            i += 3
+        elif kind == "MEM":
+            cleared.append((T.argument(fed[i]), T.argument(fed[i + 1]), T.argument(fed[i + 2])))
+            i += 3
+        else:
+            raise AssertionError(f"the host fed {T.name(fed[i])}")
+    first, count = program.cleared
+    assert cleared == [(a, 0, 0) for a in range(first, first + count)]
+    assert headers == [(0, LANES), (4, LANES)] * 2          # each warp runs twice: before and after the barrier
+    assert dev.read(out, 1)[0] == 7 * sum(range(8))
+
+
+def test_a_launch_whose_shared_words_are_allocated_is_refused_untouched():
+    dev = Device()
+    low = dev.alloc(100)
+    high = dev.alloc(20)                                     # words 100..119: under block_sum's shared / state words
+    dev.write(high, np.arange(20))
+    before, tokens = dev.read(0, SINK), len(dev.tokens)
+    with pytest.raises(MachineError, match=r"words 111\.\.126, and allocation 100\.\.119 overlaps them"):
+        dev.launch(kernel(dev, "block_sum"), threads=8, args=[low, low])
+    assert len(dev.tokens) == tokens and not dev.busy
+    np.testing.assert_array_equal(dev.read(0, SINK), before)
+
+
+def test_too_many_threads_for_the_barrier_state_names_the_words():
+    dev = Device()
+    with pytest.raises(MachineError, match=r"kernel block_sum with 120 threads needs 128 words of block memory \(8 of "
+                                           r"__shared__ arrays, 120 to keep 0 registers.*memory has 127 words"):
+        dev.launch(kernel(dev, "block_sum"), threads=120, args=[0, 0])
+
+
+PTX_HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
+
+
+def _ptx(body: str, decl: str = "") -> str:
+    return (PTX_HEAD + decl + "\n.visible .entry k(\n\t.param .u64 k_param_0\n)\n{\n\t.reg .b32 %r<4>;\n"
+            "\t.reg .b64 %rd<4>;\n" + body + "\n\tret;\n}\n")
+
+
+def test_shared_arrays_larger_than_memory_are_refused():
+    text = _ptx("\t.shared .align 4 .b8 big[800];\n\tmov.u64 %rd1, big;\n\tst.shared.u32 [%rd1], 1;")
+    dev = Device()
+    with pytest.raises(MachineError, match="declares 200 words of __shared__ arrays .big 200.; memory has 127 words"):
+        dev.launch(dev.load_kernel(text, "k"), threads=4, args=[0])
+
+
+def test_dynamic_shared_memory_and_partial_barriers_are_refused_by_name():
+    with pytest.raises(PTXError, match=r"dynamic shared memory \(extern __shared__\) is not supported"):
+        parse(_ptx("", ".extern .shared .align 4 .b8 smem[];\n"))
+    dev = Device()
+    k = dev.load_kernel(_ptx("\tbar.arrive 0, 8;"), "k")
+    with pytest.raises(MachineError, match=r"line \d+ \(the barriers are bar.sync.*\): bar.arrive 0, 8"):
+        dev.launch(k, threads=8, args=[0])
+
+
+def test_shared_symbols_at_a_constant_offset_and_by_register():
+    """``[s+28]`` and ``mov.u64 %rd, s`` name the same words (hand-written PTX, as clang or a person writes it); every
+    thread reads the word thread 7 (warp 1) stored, after the barrier."""
+    text = _ptx("\t.shared .align 4 .b8 s[32];\n\tmov.u32 %r1, %tid.x;\n\tmul.wide.u32 %rd1, %r1, 4;\n"
+                "\tmov.u64 %rd2, s;\n\tadd.s64 %rd3, %rd2, %rd1;\n\tst.shared.u32 [%rd3], %r1;\n\tbar.sync 0;\n"
+                "\tld.shared.u32 %r2, [s+28];\n\tld.param.u64 %rd2, [k_param_0];\n\tcvta.to.global.u64 %rd3, %rd2;\n"
+                "\tadd.s64 %rd3, %rd3, %rd1;\n\tst.global.u32 [%rd3], %r2;")
+    dev = Device()
+    out = dev.alloc(8)
+    dev.launch(dev.load_kernel(text, "k"), threads=8, args=[out])
+    np.testing.assert_array_equal(dev.read(out, 8), np.full(8, 7))
+
+
+# ------------------------------------------------------------------------------------------------ other backends
+
+def _block_sum_tokens(backend):
+    dev = Device(backend=backend)
+    out, x = dev.alloc(2), dev.alloc(8)
+    dev.write(x, np.arange(8) * 3 - 11)
+    dev.launch(kernel(dev, "block_sum"), threads=8, args=[out, x])
+    return dev.read(out, 1), [(t.id, t.origin) for t in dev.tokens]
+
+
+def test_the_circuit_writes_the_interpreters_tokens_on_a_two_warp_barrier():
+    (value, tokens), (ref_value, ref_tokens) = _block_sum_tokens("circuit"), _block_sum_tokens("interpreter")
+    assert value[0] == ref_value[0] == sum(np.arange(8) * 3 - 11)
+    assert tokens == ref_tokens
+
+
+@pytest.mark.slow
+def test_the_bf16_model_writes_the_interpreters_tokens_on_a_two_warp_barrier():
+    from qwengpu.circuit.model import ModelBackend
+    from qwengpu.circuit.verify import verify_chunked
+    dev = Device()
+    out, x = dev.alloc(2), dev.alloc(8)
+    dev.write(x, np.arange(8) * 3 - 11)
+    dev.launch(kernel(dev, "block_sum"), threads=8, args=[out, x])
+    dev.read(out, 1)
+    result = verify_chunked(ModelBackend(dtype="bfloat16"), dev.tokens, chunk=192)
+    assert result.compared > 100 and result.mismatches == [], str(result)
+    assert result.min_margin >= 8
