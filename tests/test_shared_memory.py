@@ -4,6 +4,7 @@ and the limit and leave memory untouched, the host's part (program rows, warp he
 computed), and the circuit writing the interpreter's tokens (the bf16 model in make verify)."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from qwengpu import Device, MachineError
 from qwengpu import tokens as T
 from qwengpu.isa import LANES, SINK
 from qwengpu.ptx import PTXError, parse
+from qwengpu.toolchain import compile_with_nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT / "qwengpu" / "kernels" / "shared.cu"
@@ -107,6 +109,27 @@ def test_barriers_in_a_loop_whose_trip_count_is_in_memory(threads, rounds):
     dev.write(r, [rounds])
     dev.launch(kernel(dev, "rotate"), threads=threads, args=[out, x, r])
     np.testing.assert_array_equal(dev.read(out, threads), np.roll(xv[:threads], -max(rounds, 1)))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_nvcc_32_bit_shared_addresses_give_the_same_results():
+    """nvcc addresses __shared__ arrays with 32-bit registers (``mov.u32 %r, s; st.shared.u32 [%r]``), NVRTC with
+    64-bit ones: both lower to the same words."""
+    nvcc_ptx = compile_with_nvcc(SHARED)
+    assert "mov.u32" in nvcc_ptx and "st.shared.u32 \t[%r" in nvcc_ptx
+    runs = [("block_sum", 8, lambda o, x, r: [o, x]), ("tree_sum", 16, lambda o, x, r: [o, x, 13]),
+            ("reverse", 8, lambda o, x, r: [o, x]), ("shared_histogram", 8, lambda o, x, r: [o, x, 7]),
+            ("rotate", 8, lambda o, x, r: [o, x, r])]
+    for name, threads, args in runs:
+        results = []
+        for source in (SHARED.with_suffix(".ptx").read_text(), nvcc_ptx):
+            dev = Device()
+            out, x, r = dev.alloc(16), dev.alloc(16), dev.alloc(1)
+            dev.write(x, np.arange(16) * 7 - 30)
+            dev.write(r, [3])
+            dev.launch(dev.load_kernel(source, name), threads=threads, args=args(out, x, r))
+            results.append(dev.read(out, 16))
+        np.testing.assert_array_equal(results[0], results[1], err_msg=name)
 
 
 # ------------------------------------------------------------------------------------------------ how it runs
