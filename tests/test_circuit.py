@@ -140,7 +140,7 @@ def test_a_division_outside_the_circuit_is_refused_before_it_starts(divisor):
 
 @pytest.mark.parametrize("seed", range(2))
 def test_random_programs_over_every_compiled_op(circuit_backend, seed):
-    from qwengpu.circuit.compiler import SUPPORTED_OPS
+    from qwengpu.circuit.ops import SUPPORTED_OPS
     from qwengpu.circuit.fuzz import random_stream
     state = circuit_backend.snapshot()
     result = verify(circuit_backend, random_stream(100 + seed, SUPPORTED_OPS))

@@ -1,4 +1,5 @@
-"""The compiler's stages: the compiled weights are pinned byte for byte, the layer plan is written once.
+"""The compiler's stages: the compiled weights are pinned byte for byte, the layer plan is written once, the stages
+pass groups as values, and no stage imports the compiler.
 
 WEIGHTS_DIGEST was recorded at commit 9e62e3b, before the compiler was refactored into named stages (issue 13,
 section 5), with ``python tests/test_compiler_stages.py``. The digest is computed here from the circuit's sparse
@@ -90,6 +91,57 @@ def test_the_digest_reads_the_state_dicts_layout():
     for name, array in mine:
         tensor = expected.pop(name)
         assert tuple(tensor.shape) == array.shape and tensor.numpy().tobytes() == array.tobytes(), name
+
+
+STAGES = ("vocabulary", "control", "registers", "arithmetic", "memory", "multiply", "divide", "records")
+
+
+def test_every_layer_is_named_by_the_plan():
+    from qwengpu.circuit import plan
+    from qwengpu.circuit.exact import compiled
+    from qwengpu.circuit.layers import QWEN35_2B
+    circuit = compiled(QWEN35_2B)
+    assert len(circuit.layers) == plan.LAYERS == 25
+    assert [layer.purpose for layer in circuit.layers] == plan.purposes()
+    assert {part.stage for part in plan.PARTS} <= set(STAGES)
+    held = sorted({i for part in plan.PARTS for i in part.layers})
+    assert held == list(range(plan.LAYERS))
+    for part in plan.PARTS:         # a part's layers are consecutive: a stage's data flows up the stack
+        assert list(part.layers) == list(range(part.layers[0], part.layers[-1] + 1)), part
+
+
+def test_the_stages_read_groups_as_values_not_by_name(monkeypatch):
+    """Compiling never looks a group up by its name: every stage reads the groups handed to it."""
+    from qwengpu.circuit.basis import Residual
+    from qwengpu.circuit.compiler import compile_circuit
+
+    def by_name(self, name):
+        raise AssertionError(f"a stage looked up the group {name!r} by name")
+    monkeypatch.setattr(Residual, "__getitem__", by_name)
+    circuit = compile_circuit()
+    assert circuit.residual.used <= circuit.width.hidden
+
+
+def test_no_stage_imports_the_compiler():
+    """compiler.py imports the stages; the stages (and the modules they share) never import compiler.py, neither by
+    their import lines nor at run time."""
+    import ast
+    import importlib
+    import subprocess
+    import sys
+    shared = ("plan", "ops", "basis", "layers")
+    for name in STAGES + shared:
+        module = importlib.import_module(f"qwengpu.circuit.{name}")
+        tree = ast.parse(open(module.__file__).read())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                imported.add(node.module or "")
+                imported.update(f"{node.module or ''}.{a.name}".lstrip(".") for a in node.names)
+        assert not any(i == "compiler" or i.endswith(".compiler") for i in imported), (name, sorted(imported))
+    imports = "; ".join(f"import qwengpu.circuit.{name}" for name in STAGES + shared)
+    check = f"import sys; {imports}; assert 'qwengpu.circuit.compiler' not in sys.modules"
+    subprocess.run([sys.executable, "-c", check], check=True)
 
 
 if __name__ == "__main__":

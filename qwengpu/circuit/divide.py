@@ -1,4 +1,5 @@
-"""Division by a small constant (div_u, div_s, rem_u, rem_s with B an immediate in 1..DIVISORS) in three layers.
+"""Division by a small constant (div_u, div_s, rem_u, rem_s with B an immediate in 1..DIVISORS) in the three layers of
+plan.DIVIDE.
 
 C's truncating division is floor division of a shifted dividend T (36 bits: a top digit t and eight nibbles n):
 
@@ -10,37 +11,38 @@ Long division from the top nibble: q_i = (16 r_(i+1) + n_i) div d, where r_i = (
 are linear in the one-hot nibbles mod d, so threshold units (``Layer.threshold``) find them all at once, for the
 odd moduli 3, 5 and 7; powers of two read a nibble's low bits, and 6 = 2 * 3 combines both.
 
-- layer DIVIDE[0]: the dividend: n = A, or A + d - 1 with its carries for a negative signed A; the top digit t.
-- layer DIVIDE[1]: the remainders r_1 .. r_7 mod 3, 5 and 7 (r_8 = t mod d).
-- layer DIVIDE[2]: the quotient nibbles, and the remainder word, into x.
+- DIVIDE[0]: the dividend: n = A, or A + d - 1 with its carries for a negative signed A; the top digit t.
+- DIVIDE[1]: the remainders r_1 .. r_7 mod 3, 5 and 7 (r_8 = t mod d).
+- DIVIDE[2]: the quotient nibbles, and the remainder word, into x.
 
 A divisor outside 1..DIVISORS, or one from a register, is refused before a launch starts (Device), so B = d.
 """
 from __future__ import annotations
 
-from .arithmetic import clear_all
-from .compiler import DIVIDE, DIVISORS, Circuit
-from .registers import WORD
+from . import plan
+from .arithmetic import Operands, clear_all
+from .basis import Group, Residual
+from .layers import Layer
+from .ops import DIVISORS
+from .vocabulary import WORD
 
 # the odd parts of the divisors (3, 5, 7): their remainders are threshold sums; 6 = 2 * 3 uses a nibble's low bit
 MODULI = sorted({d // (d & -d) for d in range(1, DIVISORS + 1)} - {1})
 
 
-def build(circuit: Circuit) -> list:
-    """Returns the groups to free once the layers after DIVIDE[-1] have them back at their defaults."""
-    r = circuit.residual
-    L = [circuit.layers[i] for i in DIVIDE]
-    op_class = r["op_class"]
-    a = [r[f"a{i}"] for i in range(WORD)]
-    b0 = r["b0"]
-    x = [r[f"x{i}"] for i in range(WORD)]
+def build(layers: list[Layer], residual: Residual, op_class: Group, operands: Operands,
+          x: tuple[Group, ...]) -> list[Group]:
+    """X = A div / rem B for an immediate B. Returns the groups to free once the layers after plan.DIVIDE have them
+    back at their defaults."""
+    r = residual
+    dividend, remainders, digits = plan.DIVIDE.of(layers)
+    a, b0 = operands.a, operands.b[0]
     n = [r.group(f"dividend{i}", range(16)) for i in range(WORD)]
     top = r.group("dividend_top", range(DIVISORS + 1))
     signed, unsigned = (op_class, ["div_s", "rem_s"]), (op_class, ["div_u", "rem_u"])
     negative, positive = (a[WORD - 1], list(range(8, 16))), (a[WORD - 1], list(range(8)))
 
     # -- the dividend -----------------------------------------------------------------------------------------------
-    dividend = L[0]
     for i in range(WORD):
         for v in range(1, 16):
             dividend.unit("dividend = A", [unsigned, (a[i], v)], [(n[i], v)])
@@ -64,7 +66,6 @@ def build(circuit: Circuit) -> list:
                           [(top, d, d - 1)])
 
     # -- the remainders r_i = (T >> 4i) mod m, i = 1..7 -----------------------------------------------------------
-    remainders = L[1]
     residue = {}
     for m in MODULI:
         for i in range(1, WORD):
@@ -89,7 +90,6 @@ def build(circuit: Circuit) -> list:
             conditions.append((residue[d // low, i], value % (d // low)))
         return conditions
 
-    digits = L[2]
     for d in range(1, DIVISORS + 1):
         for i in range(WORD):
             for rest in range(d):
@@ -110,5 +110,5 @@ def build(circuit: Circuit) -> list:
                     digits.unit(f"negative remainder by {d}", [(op_class, "rem_s"), negative] + when,
                                 [(x[k], (word >> 4 * k) & 15) for k in range(WORD) if (word >> 4 * k) & 15])
     groups = n + [top] + list(residue.values())
-    clear_all(L[2], groups)
+    clear_all(digits, groups)
     return groups

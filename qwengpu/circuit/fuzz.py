@@ -10,7 +10,7 @@ import numpy as np
 from ..device import Device, Kernel
 from ..isa import DIVISIONS, EXIT, NONE, REGISTERS, SINK, TID, Block, Operand
 from ..lowering import Program
-from .compiler import DIVISORS
+from .ops import DIVISORS
 
 DATA = 64           # the program's words live at 0..DATA-1; stores go to DATA..SINK-1
 

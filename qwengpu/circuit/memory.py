@@ -1,4 +1,4 @@
-"""Global memory (layer 8): three replicated heads whose state rows are the 127 memory words.
+"""Global memory (plan.MEMORY): three replicated heads whose state rows are the 127 memory words.
 
 A word is stored as eight one-hot nibbles (lo then hi: 128 channels, 8 hot), written at the hi VAL of every write
 record (host copy, a kernel's store, a peer's packet): the key is the header two tokens back (conv tap 2), the value
@@ -15,31 +15,35 @@ written reads as zero, the word 0.
 from __future__ import annotations
 
 from ..isa import MEMORY_WORDS, SINK
-from .compiler import NIBBLES, Circuit
-from .layers import Source
-from .registers import WORD
+from . import plan
+from .arithmetic import Operands
+from .basis import Residual
+from .control import Control
+from .layers import Layer, Source
+from .vocabulary import NIBBLES, WORD, Tokens
 
 
-def build(circuit: Circuit) -> None:
-    r = circuit.residual
-    layer = circuit.layers[8]
-    nibble = [r[f"nibble{i}"] for i in range(NIBBLES)]
-    family, distance = r["family"], r["distance"]
+def build(layers: list[Layer], residual: Residual, tokens: Tokens, control: Control, operands: Operands) -> None:
+    """Writes, the host's reads and loads; moves A (``operands.a``) to the loaded word where the block loads."""
+    r = residual
+    (layer,) = plan.MEMORY.of(layers)
+    nibble, family, distance, rom = tokens.nibble, tokens.family, control.distance, control.rom
 
-    def address(a, groups, extra=()):
-        return list(extra) + [(groups[0], a & 15), (groups[1], a >> 4)]
+    def header(a, kind):
+        """Conditions that a token is the header ``kind a`` (its nibbles spell the address)."""
+        return [(family, kind), (nibble[0], a & 15), (nibble[1], a >> 4)]
 
-    writes = [(a, address(a, nibble, [(family, "MEM")])) for a in range(MEMORY_WORDS) if a != SINK]
+    writes = [(a, header(a, "MEM")) for a in range(MEMORY_WORDS) if a != SINK]
     value = [Source(g, 1) for g in nibble] + [Source(g, 0) for g in nibble]
-    when = [(r["back2_family"], "MEM")]
+    when = [(control.back[2], "MEM")]
     for half, tap in (("lo", 0), ("hi", 1)):
         offset = 0 if half == "lo" else NIBBLES
         layer.table(f"memory {half}", writes=writes, key_tap=2, values=value, when=when,
-                    reads=[(a, address(a, nibble, [(family, "READ")]), tap) for a in range(SINK)],
-                    outputs={offset + i: (r[f"out_nibble{i}"], {v: v for v in range(16)}) for i in range(NIBBLES)})
+                    reads=[(a, header(a, "READ"), tap) for a in range(SINK)],
+                    outputs={offset + i: (tokens.out_nibble[i], {v: v for v in range(16)}) for i in range(NIBBLES)})
     # loads: A's low 7 bits name the word (bit 7 is ignored: a valid address is below 127)
-    a = [r[f"a{i}"] for i in range(WORD)]
-    loads = [circuit.flag("load", True), (distance, list(range(8)))]
+    a = operands.a
+    loads = [rom.flag("load", True), (distance, list(range(8)))]
 
     def query(w):
         return [(a[0], w & 15), (a[1], [w >> 4, (w >> 4) | 8])]
@@ -50,9 +54,9 @@ def build(circuit: Circuit) -> None:
                 outputs={i: (loaded[i], {v: v for v in range(16)}) for i in range(WORD)})
     # atomics: the stores of the record's earlier lanes, by address (the lane's hi VAL is fed two positions after
     # the position that computed its store address and activity, so those come from conv tap 1)
-    atomic = circuit.flag("atomic", True)
-    address = [r["address0"], r["address1"]]
-    pending_writes = [(w, [(address[0], w & 15), (address[1], [w >> 4, (w >> 4) | 8]), (r["active"], True)])
+    atomic = rom.flag("atomic", True)
+    address = operands.address
+    pending_writes = [(w, [(address[0], w & 15), (address[1], [w >> 4, (w >> 4) | 8]), (operands.active, True)])
                       for w in range(SINK)]
     pending_when = [atomic, (distance, [2, 4, 6])]
     reset = [(family, "EXEC")]
@@ -67,7 +71,7 @@ def build(circuit: Circuit) -> None:
     for i in range(WORD):
         for old in range(16):
             for new in range(16):
-                for source, other, present in ((loaded[i], pending[i], False), (pending[i], loaded[i], True)):
+                for source, present in ((loaded[i], False), (pending[i], True)):
                     moves = [(a[i], new, old)] + ([(source, 0, new)] if new else [])
                     if old == new and not new:
                         continue

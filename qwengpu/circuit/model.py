@@ -26,9 +26,10 @@ import numpy as np
 
 from .. import tokens as T
 from ..isa import MachineError
-from .compiler import LOGIT, Circuit
+from .compiler import Circuit
 from .exact import compiled
 from .layers import QWEN35_2B, Width, dense
+from .vocabulary import LOGIT
 
 VOCAB_FILE = "qwengpu_vocab.json"
 

@@ -1,7 +1,7 @@
-"""Multiplication (op mul: the low 32 bits of A * B) in the eight layers after the ALU.
+"""Multiplication (op mul: the low 32 bits of A * B) in the eight layers of plan.MULTIPLY, after the ALU.
 
 Schoolbook on nibbles: A * B = sum over i + j <= 7 of a_i * b_j * 16^(i + j), each partial product a_i * b_j two
-nibbles (lo, hi). B's nibbles (the rows) are taken in three steps, compiler.MULTIPLY_STEPS; each step is two layers:
+nibbles (lo, hi). B's nibbles (the rows) are taken in three steps, plan.MULTIPLY_STEPS; each step is two layers:
 
 - products: one lookup unit per (i, j, a_i, b_j) writes the step's partial products as one-hot nibbles;
 - accumulate: threshold units (``Layer.threshold``) add, for every column k, the accumulator's digit d_k, the carry
@@ -14,27 +14,30 @@ For every other op the partial products stay 0, so the accumulator and the adder
 """
 from __future__ import annotations
 
-from .arithmetic import carry_units, clear, clear_all
-from .compiler import MULTIPLY, MULTIPLY_STEPS as STEPS, Circuit
-from .registers import WORD
+from . import plan
+from .arithmetic import Operands, carry_units, clear, clear_all
+from .basis import Group, Residual
+from .layers import Layer
+from .plan import MULTIPLY_STEPS as STEPS
+from .vocabulary import WORD
 
 LO_MAX, HI_MAX = 15, 14                     # largest lo and hi nibble of a product of two nibbles
 
 
-def build(circuit: Circuit) -> list:
-    """Returns the groups to free once the layers after MULTIPLY[-1] have them back at their defaults."""
-    r = circuit.residual
-    L = [circuit.layers[i] for i in MULTIPLY]
-    mul = (r["op_class"], "mul")
-    a = [r[f"a{i}"] for i in range(WORD)]
-    b = [r[f"b{i}"] for i in range(WORD)]
-    x = [r[f"x{i}"] for i in range(WORD)]
+def build(layers: list[Layer], residual: Residual, op_class: Group, operands: Operands,
+          x: tuple[Group, ...]) -> list[Group]:
+    """X = A * B for op mul. Returns the groups to free once the layers after plan.MULTIPLY have them back at their
+    defaults."""
+    r = residual
+    *step_layers, digits, carries = plan.MULTIPLY.of(layers)
+    mul = (op_class, "mul")
+    a, b = operands.a, operands.b
     carry_max = _carry_bounds()
     digit = [r.group(f"product_digit{k}", range(16)) for k in range(WORD)]
     carry = [r.group(f"product_carry{k}", range(carry_max[k] + 1)) for k in range(WORD - 1)]
 
     for step, rows in enumerate(STEPS):
-        products, accumulate = L[2 * step], L[2 * step + 1]
+        products, accumulate = step_layers[2 * step:2 * step + 2]
         lo, hi = {}, {}
         for j in rows:
             for i in range(WORD - j):
@@ -69,7 +72,6 @@ def build(circuit: Circuit) -> list:
             r.free(group)
 
     # X = D + (C << 4): digits and generate / propagate per column, then the carries, as in the ALU's adder
-    digits, carries = L[-2], L[-1]
     sums = [r.group(f"product_sum{k}", range(16)) for k in range(WORD)]
     gp = [r.group(f"product_sum_carry{k}", (None, "g", "p")) for k in range(WORD)]
     for k in range(WORD):

@@ -1,4 +1,4 @@
-"""The register file (layer 5): four replicated heads of register words and one of nonzero flags.
+"""The register file (plan.REGISTERS): four replicated heads of register words and one of nonzero flags.
 
 Row = lane * 16 + register. A record's lane values are the registers' new contents (the old value for a lane that
 does not run), so the register row is written when the lane's hi VAL is fed: the key is (write_lane, the block's dst),
@@ -8,48 +8,63 @@ computed: operand a, operand b, the store address register and the old dst value
 the predicate register is nonzero (from the VAL tokens' own nonzero feature, so no word compare is needed).
 
 The MLP puts the thread index (warp base + lane; the base is a multiple of 4, so only the low nibble changes) into
-an operand whose register field is TID, and classifies the block's op.
+an operand whose register field is TID, and classifies the block's op (``op_class``, qwengpu.circuit.ops).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..isa import LANES, REGISTERS, TID
-from .compiler import NIBBLES, OP_CLASSES, Circuit, op_code
-from .layers import Source
+from . import plan
+from .basis import Group, Residual
+from .control import Control
+from .layers import Layer, Source
+from .ops import OP_CLASSES, op_code
+from .vocabulary import WORD, Tokens
 
-WORD = 8        # nibbles of a 32-bit word
+
+@dataclass(frozen=True)
+class Registers:
+    """What the register layer reads and decodes for the lane being computed."""
+    a: tuple[Group, ...]            # R[a_reg] (or the thread index), eight nibbles
+    b: tuple[Group, ...]            # R[b_reg] (or the thread index), eight nibbles
+    store: tuple[Group, ...]        # the store address register's low byte, two nibbles
+    old: tuple[Group, ...]          # R[dst] before the block, eight nibbles
+    pred_nonzero: tuple[Group, Group]   # the predicate register's lo / hi half is nonzero
+    op_class: Group                 # the block's op, by class
 
 
-def build(circuit: Circuit) -> None:
-    r = circuit.residual
-    layer = circuit.layers[5]
-    distance, lane, write_lane = r["distance"], r["lane"], r["write_lane"]
-    nibble = [r[f"nibble{i}"] for i in range(NIBBLES)]
-    value = [Source(g, 1) for g in nibble] + [Source(g, 0) for g in nibble]
-    writes = [(n * 16 + reg, [(write_lane, n)] + circuit.field("dst", reg))
+def build(layers: list[Layer], residual: Residual, tokens: Tokens, control: Control) -> Registers:
+    r = residual
+    (layer,) = plan.REGISTERS.of(layers)
+    distance, lane, write_lane, rom = control.distance, control.lane, control.write_lane, control.rom
+    value = [Source(g, 1) for g in tokens.nibble] + [Source(g, 0) for g in tokens.nibble]
+    writes = [(n * 16 + reg, [(write_lane, n)] + rom.field("dst", reg))
               for n in range(LANES) for reg in range(REGISTERS)]
     when = [(distance, [2, 4, 6, 8])]
-    reset = [(r["family"], "WARP")]
+    reset = [(tokens.family, "WARP")]
 
     def reads(field: str):
-        return [(n * 16 + reg, [(lane, n)] + circuit.field(field, reg), 0)
+        return [(n * 16 + reg, [(lane, n)] + rom.field(field, reg), 0)
                 for n in range(LANES) for reg in range(REGISTERS)]
 
     operands = {}
     for name, field, width in (("a", "a_reg", WORD), ("b", "b_reg", WORD), ("s", "store", 2), ("old", "dst", WORD)):
-        groups = [r.group(f"{name}_base{i}", range(16)) for i in range(width)]
+        groups = tuple(r.group(f"{name}_base{i}", range(16)) for i in range(width))
         operands[name] = (field, groups)
         layer.table(f"registers for {name}", writes=writes, values=value, when=when, reads=reads(field),
                     reset_when=reset, outputs={i: (groups[i], {v: v for v in range(16)}) for i in range(width)})
-    flags = [r.group("pred_lo_nonzero", (False, True)), r.group("pred_hi_nonzero", (False, True))]
-    layer.table("register nonzero flags", writes=writes, values=[Source(r["nonzero"], 1), Source(r["nonzero"], 0)],
+    flags = (r.group("pred_lo_nonzero", (False, True)), r.group("pred_hi_nonzero", (False, True)))
+    layer.table("register nonzero flags", writes=writes,
+                values=[Source(tokens.nonzero, 1), Source(tokens.nonzero, 0)],
                 when=when, reads=reads("pred"), reset_when=reset,
                 outputs={i: (flags[i], {True: True}) for i in range(2)})
 
     # thread index operands: tid = base + lane, base a multiple of 4
-    base = [r[f"warp_base{i}"] for i in range(3)]
+    base = control.warp_base
     for name in ("a", "b", "s"):
         field, groups = operands[name]
-        is_tid = circuit.field(field, TID)
+        is_tid = rom.field(field, TID)
         for low in range(0, 16, 4):
             for n in range(LANES):
                 layer.unit(f"{name} = tid (low nibble)", is_tid + [(base[0], low), (lane, n)],
@@ -61,4 +76,5 @@ def build(circuit: Circuit) -> None:
 
     op_class = r.group("op_class", (None, *sorted(set(OP_CLASSES.values()))))
     for op, kind in OP_CLASSES.items():
-        layer.unit(f"op {op} is {kind}", circuit.field("op", op_code(op)), [(op_class, kind)])
+        layer.unit(f"op {op} is {kind}", rom.field("op", op_code(op)), [(op_class, kind)])
+    return Registers(operands["a"][1], operands["b"][1], operands["s"][1], operands["old"][1], flags, op_class)

@@ -192,8 +192,8 @@ def idiom_streams(seed: int = 11, short: bool = False):
 def kernel_streams(fuzz_seeds: int = 1, idioms: bool = True):
     """(name, token stream) for every part of the kernel suite the circuit computes, and random programs.
     ``idioms``: with the ordinary-CUDA streams of idiom_streams (long: the division alone is 2,400 tokens)."""
-    from .compiler import SUPPORTED_OPS
     from .fuzz import random_stream
+    from .ops import SUPPORTED_OPS
     return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), ("sgd", sgd_stream()),
             *mlp_streams(), *collective_streams(), *collective_streams(3, 3, ops=("avg",), seed=8, others=False),
             *((("simt loop", simt_loop_stream()), *idiom_streams()) if idioms else ()),
