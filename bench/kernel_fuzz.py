@@ -7,7 +7,14 @@ loops, divergent loops (trip counts that differ across lanes) with break / conti
 overflow is avoided (arithmetic is unsigned; signed values are only compared, shifted right and divided by positive
 constants), so the C compiler's result is the language's, not an accident of undefined behaviour.
 
+With ``--shared`` a fraction of the programs are block programs: a ``__shared__ unsigned sh[8]`` that every thread
+fills at its own index, ``__syncthreads()``, optionally a phase of ``atomicAdd`` into shared words at computed
+indices and a second barrier, then a phase that reads any thread's word (``sh[e % blockDim.x]``). The C reference
+runs such a program phase by phase: every thread's first phase (its variables kept in an array), then every
+thread's next phase, which is what the barriers mean on a GPU.
+
     python -m qccl_bench.kernel_fuzz --programs 10000 --seed 1
+    python -m qccl_bench.kernel_fuzz --programs 2000 --seed 2 --shared 1.0
 
 prints programs tried, run, refused (by reason) and mismatches; a mismatch prints its source and both results and
 the exit status is 1.
@@ -37,6 +44,7 @@ class Case:
     s1: int
     x: list[int]
     out: list[int]
+    phases: tuple[str, ...] = ()     # a block program: the bodies between barriers (body is then unused)
 
 
 class Generator:
@@ -45,6 +53,7 @@ class Generator:
     def __init__(self, rng: np.random.Generator):
         self.rng = rng
         self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
+        self.shared = False     # leaves may read any thread's shared word (after the first barrier)
 
     def pick(self, seq):
         return seq[int(self.rng.integers(len(seq)))]
@@ -56,9 +65,11 @@ class Generator:
         return f"{int(self.rng.integers(0, 300))}u"
 
     def leaf(self) -> str:
-        return self.pick(["v0", "v1", "v2", "v3", "tid", "(unsigned)s0", "(unsigned)s1", self.const(),
-                          "(unsigned)x[tid]", "(unsigned)x[(v0 & 7u)]", "(unsigned)x[(tid + 1u) & 7u]",
-                          "(unsigned)out[tid]"])
+        leaves = ["v0", "v1", "v2", "v3", "tid", "(unsigned)s0", "(unsigned)s1", self.const(),
+                  "(unsigned)x[tid]", "(unsigned)x[(v0 & 7u)]", "(unsigned)x[(tid + 1u) & 7u]", "(unsigned)out[tid]"]
+        if self.shared:
+            leaves += ["sh[(tid + 1u) % NT]", f"sh[{self.pick(['v0', 'v1', 'v2', 'v3'])} % NT]", "sh[NT - 1u - tid]"]
+        return self.pick(leaves)
 
     def expr(self, depth: int = 0) -> str:
         if depth > 2 or self.rng.random() < 0.3:
@@ -126,7 +137,29 @@ class Generator:
         return " ".join(lines)
 
 
-def cuda_source(body: str) -> str:
+    def phases(self) -> tuple[str, ...]:
+        """A block program: sh[tid] filled, a barrier, maybe shared atomics and a second barrier, then reads of any
+        thread's word."""
+        first = ["unsigned v0 = tid, v1 = (unsigned)s0, v2 = (unsigned)x[tid], v3 = 0u;"]
+        first += [self.statement() for _ in range(int(self.rng.integers(0, 3)))]
+        first.append(f"sh[tid] = {self.expr(1)};")
+        phases = [" ".join(first)]
+        if self.rng.random() < 0.4:
+            # The atomics' condition, index and value read no shared word: other threads are adding to them (a
+            # race on a GPU too).
+            phases.append(f"if ({self.expr(2)} & 1u) atomicAdd(&sh[{self.expr(2)} % NT], {self.expr(2)});")
+        self.shared = True
+        last = [self.statement() for _ in range(int(self.rng.integers(1, 3)))]
+        last.append(f"out[tid] = (int)({self.expr(1)});")
+        phases.append(" ".join(last))
+        return tuple(phases)
+
+
+def cuda_source(body: str, phases: tuple[str, ...] = ()) -> str:
+    if phases:
+        return ('#define NT blockDim.x\nextern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
+                '  __shared__ unsigned sh[8];\n  const unsigned tid = threadIdx.x;\n  '
+                + "\n  __syncthreads();\n  ".join(phases) + "\n}\n")
     return ('extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
             '  const unsigned tid = threadIdx.x;\n  ' + body + "\n}\n")
 
@@ -144,17 +177,33 @@ static int max_i(int a, int b) { return a > b ? a : b; }
 
 def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     """Every case's out[] computed by the host C compiler, threads one after another."""
-    parts = [C_PRELUDE]
+    parts = [C_PRELUDE, "static void atomicAdd(unsigned *p, unsigned v) { *p += v; }\n"]
+    keep = "V[tid][0] = v0; V[tid][1] = v1; V[tid][2] = v2; V[tid][3] = v3;"
+    restore = "unsigned v0 = V[tid][0], v1 = V[tid][1], v2 = V[tid][2], v3 = V[tid][3];"
     for i, case in enumerate(cases):
-        parts.append(f"static void p{i}(unsigned tid, int *out, const int *x, int s0, int s1) {{ {case.body} }}\n")
-    parts.append("int main(void) { int out[16]; int x[8]; int s0, s1, t; unsigned n;\n")
+        if not case.phases:
+            parts.append(f"static void p{i}(unsigned tid, int *out, const int *x, int s0, int s1) {{ {case.body} }}\n")
+            continue
+        # A block program: one C function per phase; a thread's variables live in V between its phases.
+        for k, phase in enumerate(case.phases):
+            enter = "" if k == 0 else restore
+            leave = keep if k < len(case.phases) - 1 else ""
+            parts.append(f"static void p{i}_{k}(unsigned tid, int *out, const int *x, int s0, int s1, unsigned NT, "
+                         f"unsigned *sh, unsigned (*V)[4]) {{ {enter} {phase} {leave} }}\n")
+    parts.append("int main(void) { int out[16]; int x[8]; int s0, s1, t; unsigned n; unsigned sh[8]; "
+                 "unsigned V[8][4];\n")
     for i, case in enumerate(cases):
+        if case.phases:
+            runs = "".join(f"    for (n = 0; n < {case.threads}u; n++) p{i}_{k}(n, out, x, {case.s0}, {case.s1}, "
+                           f"{case.threads}u, sh, V);\n" for k in range(len(case.phases)))
+        else:
+            runs = f"    for (n = 0; n < {case.threads}u; n++) p{i}(n, out, x, {case.s0}, {case.s1});\n"
         xs = ", ".join(str(int(v)) for v in case.x)
         outs = ", ".join(str(int(v)) for v in case.out)
         parts.append(f"  {{ int xi[8] = {{{xs}}}; int oi[{len(case.out)}] = {{{outs}}};\n"
                      f"    for (t = 0; t < 8; t++) x[t] = xi[t];\n"
                      f"    for (t = 0; t < {len(case.out)}; t++) out[t] = oi[t];\n"
-                     f"    for (n = 0; n < {case.threads}u; n++) p{i}(n, out, x, {case.s0}, {case.s1});\n"
+                     + runs +
                      f"    for (t = 0; t < {case.threads}; t++) printf(\"%d \", out[t]); printf(\"\\n\"); }}\n")
     parts.append("  return 0; }\n")
     source = os.path.join(workdir, "ref.c")
@@ -171,19 +220,23 @@ def int_arg(v: int) -> str:
     return f"(int){v & 0xFFFFFFFF}u"
 
 
-def make_case(rng: np.random.Generator) -> Case:
+def make_case(rng: np.random.Generator, shared: float = 0.0) -> Case:
     gen = Generator(rng)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
     out = [int(v) for v in rng.integers(-100, 100, threads)]
     s0, s1 = (int(v) for v in rng.integers(-(1 << 31), 1 << 31, 2))
+    if shared and rng.random() < shared:
+        threads = int(rng.choice([5, 6, 8, 8]))         # block programs: several warps (a partial last one)
+        out = [int(v) for v in rng.integers(-100, 100, threads)]
+        return Case("", threads, s0, s1, x, out, gen.phases())
     return Case(gen.body(), threads, s0, s1, x, out)
 
 
 def classify(error: Exception) -> str:
     text = str(error)
-    for key in ("blocks; the ROM holds", "registers per lane", "floating point", "divergent", "not a whole number",
+    for key in ("blocks; the ROM holds", "registers per lane", "words of block memory", "floating point", "divergent", "not a whole number",
                 "holds an address", "mul.hi", "depends on the high word", "unsupported PTX"):
         if key in text:
             return key
@@ -196,13 +249,14 @@ def run_machine(case: Case):
     dev = Device()
     dev.write(X, np.array(case.x, dtype=np.int64))
     dev.write(OUT, np.array(case.out, dtype=np.int64))
-    kernel = dev.load_kernel(cuda_source(case.body), "k")
+    kernel = dev.load_kernel(cuda_source(case.body, case.phases), "k")
     dev.launch(kernel, threads=case.threads, args=[OUT, X, case.s0 & 0xFFFFFFFF, case.s1 & 0xFFFFFFFF])
     return [int(v) for v in dev.read(OUT, case.threads)]
 
 
-def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False) -> dict:
-    """Run ``programs`` random kernels; returns counts (tried, ran, refused by reason) and the mismatches."""
+def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0) -> dict:
+    """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
+    barriers); returns counts (tried, ran, refused by reason) and the mismatches."""
     from qwengpu.isa import MachineError
     from qwengpu.toolchain import CompileError
     rng = np.random.default_rng(seed)
@@ -210,7 +264,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False) -> d
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng) for _ in range(min(batch, programs - done))]
+            cases = [make_case(rng, shared) for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
                 report["tried"] += 1
@@ -226,7 +280,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False) -> d
                 if got != want:
                     report["mismatches"].append((case, got, want))
                     if verbose:
-                        print(f"MISMATCH\n{cuda_source(case.body)}x={case.x} s0={case.s0} s1={case.s1} "
+                        print(f"MISMATCH\n{cuda_source(case.body, case.phases)}x={case.x} s0={case.s0} s1={case.s1} "
                               f"out0={case.out}\n machine {got}\n C       {want}", flush=True)
             done += len(cases)
             if verbose:
@@ -239,9 +293,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--shared", type=float, default=0.0,
+                        help="the fraction of programs that are block programs with __shared__ memory and barriers")
     args = parser.parse_args(argv)
     start = time.time()
-    report = fuzz(args.programs, args.seed, verbose=True)
+    report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])} "
           f"({time.time() - start:.0f} s)")

@@ -265,3 +265,18 @@ def test_the_bf16_model_writes_the_interpreters_tokens_on_a_two_warp_barrier():
     result = verify_chunked(ModelBackend(dtype="bfloat16"), dev.tokens, chunk=192)
     assert result.compared > 100 and result.mismatches == [], str(result)
     assert result.min_margin >= 8
+
+
+# ------------------------------------------------------------------------------------------------ differential
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="the host C compiler gcc is not installed")
+def test_random_block_programs_match_c_run_phase_by_phase():
+    """A CI share of ``python -m qccl_bench.kernel_fuzz --shared 1.0``: random block programs (several warps, a
+    __shared__ array filled at each thread's index, barriers, shared atomics at computed indices, reads of other
+    threads' words) against gcc's C run phase by phase."""
+    from qccl_bench.kernel_fuzz import cuda_source, fuzz
+    report = fuzz(40, seed=5, batch=40, shared=1.0)
+    assert report["tried"] == 40
+    assert report["mismatches"] == [], "\n".join(f"{cuda_source(case.body, case.phases)}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["ran"] >= 20, report["refused"]
