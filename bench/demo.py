@@ -1,7 +1,8 @@
 """The seed's table, measured: ``python -m qccl_bench.demo [--json FILE]`` (``make demo``).
 
 Four QwenGPUs in lockstep over QLink (reference interpreter backend), 16 words per rank, each of the six collectives
-once (ring, as NCCL's runRing), then the multicast algorithms, then the same on eight ranks. For each: the tokens each
+once (ring, as NCCL's runRing), then the multicast algorithms, then the default (algo="auto": the tuner's choice of
+the two, never the costlier), then the same on eight ranks. For each: the tokens each
 model wrote (min-max over ranks), the launches per rank, the wall time of the simulation, and the result held against
 numpy. The seed's figures (its post, 4 merged Qwen3.5-2B on GB200s) are printed beside ours for comparison.
 """
@@ -21,11 +22,23 @@ SEED = {"allreduce": "664", "reduce_scatter": "342", "allgather": "378", "broadc
         "reduce": "163-211", "sendrecv": "250"}
 SEED_8 = {"allreduce": "1480 (15 launches)"}
 
-ROWS = [("AllReduce", "allreduce", "sum", None), ("ReduceScatter", "reduce_scatter", "sum", None),
-        ("AllGather", "allgather", None, None), ("Broadcast", "broadcast", None, None),
-        ("Reduce", "reduce", "sum", None), ("SendRecv (ring shift)", "sendrecv", None, None),
+ROWS = [("AllReduce", "allreduce", "sum", "ring"), ("ReduceScatter", "reduce_scatter", "sum", "ring"),
+        ("AllGather", "allgather", None, "ring"), ("Broadcast", "broadcast", None, "ring"),
+        ("Reduce", "reduce", "sum", "ring"), ("SendRecv (ring shift)", "sendrecv", None, "ring"),
         ("AllReduce", "allreduce", "sum", "multicast"), ("AllGather", "allgather", None, "multicast"),
-        ("Broadcast", "broadcast", None, "multicast")]
+        ("Broadcast", "broadcast", None, "multicast"),
+        ("AllReduce", "allreduce", "sum", "auto"), ("AllGather", "allgather", None, "auto"),
+        ("Broadcast", "broadcast", None, "auto")]
+
+
+def chosen(comm, kind: str, count: int, op) -> str:
+    """The algorithm algo="auto" runs for this call (the tuners' answer, as the communicator asks it)."""
+    from qccl.communicator import ALGOS
+    from qccl.plugins import tune
+    from qccl.schedule import max_chunk
+    chunks = {a: max_chunk(comm.heap, kind, a) for a in ALGOS[kind]}
+    return tune(kind, "auto", ALGOS[kind], comm.nranks, count, "int32", op, 0, comm.config.as_dict(), count,
+                chunks).algo
 
 
 def measure(n: int, words: int = 16) -> list[dict]:
@@ -34,12 +47,13 @@ def measure(n: int, words: int = 16) -> list[dict]:
         # 16 words per rank's buffer: ReduceScatter's recvcount and AllGather's sendcount are words / n
         count = words // n if kind in ("reduce_scatter", "allgather") else words
         o = run(n, kind, count, op or "sum", root=0, algo=algo, seed=zlib.crc32(kind.encode()) % 1000)
-        rows.append({"collective": label, "kind": kind, "algo": algo or "ring", "ranks": n, "words": words,
+        ran = chosen(o.comms[0], kind, count, op) if algo == "auto" else algo
+        rows.append({"collective": label, "kind": kind, "algo": algo, "ran": ran, "ranks": n, "words": words,
                      "tokens_min": min(o.tokens), "tokens_max": max(o.tokens), "tokens": o.tokens,
                      "launches_min": min(o.launches), "launches_max": max(o.launches),
                      "records_max": max(o.records), "wall_s": round(o.wall, 3),
                      "vs_numpy": "identical" if o.ok else "differs",
-                     "seed": (SEED if n == 4 else SEED_8).get(kind) if algo is None else None})
+                     "seed": (SEED if n == 4 else SEED_8).get(kind) if algo == "ring" else None})
     return rows
 
 
@@ -48,12 +62,13 @@ def span(a, b) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"| {'Collective':22} | {'algo':9} | {'tokens each model wrote':>23} | {'launches':>8} | "
+    head = (f"| {'Collective':22} | {'algo':16} | {'tokens each model wrote':>23} | {'launches':>8} | "
             f"{'wall time':>9} | {'vs numpy':9} | {'seed':>19} |")
     line = "|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|"
     out = [head, line]
     for r in rows:
-        out.append(f"| {r['collective']:22} | {r['algo']:9} | {span(r['tokens_min'], r['tokens_max']):>23} | "
+        algo = r["algo"] if r["algo"] == r["ran"] else f"{r['algo']} ({r['ran']})"
+        out.append(f"| {r['collective']:22} | {algo:16} | {span(r['tokens_min'], r['tokens_max']):>23} | "
                    f"{span(r['launches_min'], r['launches_max']):>8} | {r['wall_s']:>8.2f}s | {r['vs_numpy']:9} | "
                    f"{r['seed'] or '':>19} |")
     return "\n".join(out)
@@ -71,8 +86,10 @@ def main(argv=None) -> int:
         print(f"\nqccl on QLink: {n} QwenGPUs (interpreter backend, lockstep), {a.words} words per rank\n")
         print(table(rows))
     bad = [r for rows in results.values() for r in rows if r["vs_numpy"] != "identical"]
-    ar = next(r for r in results["4_ranks"] if r["kind"] == "allreduce" and r["algo"] == "ring")
-    print(f"\nAllReduce, 4 ranks x {a.words} words: {ar['tokens_max']} tokens per rank (seed: 664).")
+    ar = {r["algo"]: r for r in results["4_ranks"] if r["kind"] == "allreduce"}
+    print(f"\nAllReduce, 4 ranks x {a.words} words: {ar['ring']['tokens_max']} tokens per rank with the ring, "
+          f"{ar['multicast']['tokens_max']} with multicast; the default (auto) ran {ar['auto']['ran']}: "
+          f"{ar['auto']['tokens_max']} (seed: 664).")
     print("Tokens: what each model wrote (a forward pass each); host records and peers' packets are fed (prefill).")
     if a.json:
         with open(a.json, "w") as f:

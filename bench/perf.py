@@ -305,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("-J", "--output_file", dest="json", default=None, help="write the results as JSON here")
     ap.add_argument("--transport", default="qlink")
     ap.add_argument("--backend", default="interpreter", help="qwengpu backend: interpreter or circuit")
-    ap.add_argument("--algo", default=None, choices=ALGOS, help="ring, multicast or auto (default: ring)")
+    ap.add_argument("--algo", default=None, choices=ALGOS,
+                    help="ring, multicast or auto (default: auto, the tuner's choice)")
     ap.add_argument("--vs", choices=("gloo",), default=None,
                     help="also time the same inputs through torch.distributed's gloo (implies --procs)")
     ap.add_argument("--procs", action="store_true", help="one process per rank (qccl.launch, gloo fabric)")
@@ -369,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     out = sys.stdout if lead else open(os.devnull, "w")
     cases = plan(a, runner.dtypes)
     print(f"# qccl-perf: {', '.join(dict.fromkeys(c[0] for c in cases))} on {runner.n} ranks, transport "
-          f"{a.transport}, backend {a.backend}, algo {a.algo or 'ring'}, "
+          f"{a.transport}, backend {a.backend}, algo {a.algo or 'auto'}, "
           f"{'one process per rank' if a.procs_child else 'one process'}; -n {a.iters} -w {a.warmup} -c {a.check}",
           file=out)
     rows: list[Row] = []
@@ -403,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     print("#", file=out)
     if a.json and lead:
         doc = {"version": qccl.__version__, "collectives": list(dict.fromkeys(c[0] for c in cases)),
-               "nranks": runner.n, "transport": a.transport, "backend": a.backend, "algo": a.algo or "ring",
+               "nranks": runner.n, "transport": a.transport, "backend": a.backend, "algo": a.algo or "auto",
                "processes": runner.n if a.procs_child else 1, "iters": a.iters, "warmup_iters": a.warmup,
                "check_iters": a.check,
                "results": [{"collective": r.collective, "size": r.size, "count": r.count, "type": r.type,

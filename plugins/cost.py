@@ -50,12 +50,12 @@ class Estimate:
 
 @dataclass(frozen=True)
 class _Priced:
-    """A launch reduced to what its timing needs: records, tokens, the waits before and after, the flag stores."""
+    """A launch reduced to what its timing needs: its records, its tokens when it never waits, the flag waits of
+    its spin loops and its flag stores, each at the record (the block of the lowered program) where it happens."""
     records: int
     tokens: int
-    pre: tuple            # ((address, value), ...): wait until every local flag word >= value before record 0
-    post: tuple           # the same, checked at the last record
-    stores: tuple         # ((address, value), ...) flag stores, leaving at the last record
+    waits: tuple          # ((record, address, value), ...): that record loops until the local flag word >= value
+    stores: tuple         # ((record, address, value), ...): a flag store leaving at that record
 
 
 _kernels: dict = {}
@@ -72,51 +72,66 @@ def _program(launch: Launch):
 _statics: dict = {}
 
 
-def _static(kernel_source: str, kernel_name: str, threads: int, shape: tuple, args: tuple) -> tuple[int, int]:
-    """(records, tokens) of one launch that never waits: every block once per warp (forward branches are lane
-    predicates after lowering; loops run once when their flag is already set). Cached by the launch's shape: the
-    mode and which arguments are zero decide the blocks, not the addresses or counter values."""
-    key = (kernel_source, kernel_name, threads, shape)
+def _static(launch: Launch, shape: tuple, waits: tuple, stores: tuple) -> tuple:
+    """(records, tokens, record of each wait, record of each flag store) of one launch that never waits: every
+    block once per warp (forward branches are lane predicates after lowering; a wait loop runs once when its flag is
+    already set). A wait sits at the block that loops on a load of its address, a flag store at the block that
+    stores to its address (the first warp's; at the first or last record if the program has none such). Cached by
+    the launch's shape: the mode and which arguments are zero decide the blocks, not the addresses or counter
+    values; for mcast also the mask of ranks whose flags it waits for (one unrolled loop each)."""
+    key = (str(launch.kernel.source), launch.kernel.name, launch.threads, shape)
     if key in _statics:
         return _statics[key]
-    program = _program(Launch(Kernel(Path(kernel_source), kernel_name), threads, args))
+    blocks = _program(launch).blocks
     records = tokens = 0
-    for base in range(0, threads, LANES):
-        lanes = min(LANES, threads - base)
-        for block in program.blocks:
+    for base in range(0, launch.threads, LANES):
+        lanes = min(LANES, launch.threads - base)
+        for block in blocks:
             records += 1
             tokens += RECORD_TOKENS
             if block.store != NONE or block.store_enable:
                 tokens += STORE_TOKENS * lanes
         tokens += 1                                     # END
-    _statics[key] = records, tokens
-    return records, tokens
+    loops = [j for j, b in enumerate(blocks) if b.branch != "none" and b.target == j and b.load and b.a.reg == NONE]
+    wait_at = []
+    for i, (addr, _, pre) in enumerate(waits):
+        j = next((j for j in loops if blocks[j].a.imm == addr and j not in wait_at), None)
+        wait_at.append(j if j is not None else (0 if pre else len(blocks) - 1))
+    store_at = []
+    for addr, _ in stores:
+        j = next((j for j, b in enumerate(blocks) if b.store_enable and b.store == NONE and b.store_imm == addr),
+                 None)
+        store_at.append(j if j is not None else len(blocks) - 1)
+    _statics[key] = records, tokens, tuple(wait_at), tuple(store_at)
+    return _statics[key]
 
 
 def price(launch: Launch) -> _Priced:
     """A launch's records, tokens and flag traffic (prim.cu's and mcast.cu's argument conventions)."""
     a = launch.args
     shape = (a[0], a[1]) + tuple(x > 0 for x in a[2:])
-    records, tokens = _static(str(launch.kernel.source), launch.kernel.name, launch.threads, shape, tuple(a))
+    if launch.kernel.name == "mcast":
+        shape += (a[6],)        # the mask: mcast.cu's wait unrolls one loop per rank in it (n - 1 records, not 1)
     flags = flag_traffic(launch)
-    return _Priced(records, tokens, flags.pre, flags.post, flags.stores)
+    waits = tuple((addr, v, True) for addr, v in flags.pre) + tuple((addr, v, False) for addr, v in flags.post)
+    records, tokens, wait_at, store_at = _static(launch, shape, waits, flags.stores)
+    return _Priced(records, tokens, tuple((j, addr, v) for j, (addr, v, _) in zip(wait_at, waits)),
+                   tuple((j, addr, v) for j, (addr, v) in zip(store_at, flags.stores)))
 
 
 def simulate(ops: dict, heaps: dict) -> Estimate:
-    """Replay every rank's host ops in lockstep on flags only (one record per rank per window; a flag store reaches
-    its peers at their next window, as QLink delivers packets). Returns tokens and launches per rank."""
+    """Replay every rank's host ops in lockstep on flags only (one record per rank per window; a flag store leaves
+    at its record and reaches its peers at their next window, as QLink delivers packets; a record that loops on a
+    flag not yet there is a spin record, 9 tokens). Returns tokens and launches per rank."""
     ranks = sorted(ops)
     routes = {r: heaps[r].routes() for r in ranks}
     flags = {r: {} for r in ranks}
     inbox = {r: [] for r in ranks}
     queue = {r: list(ops[r]) for r in ranks}
     at = {r: 0 for r in ranks}
-    cur = {r: None for r in ranks}          # [priced, record index, flags stored]
+    cur = {r: None for r in ranks}          # [priced, record index]
     tokens = {r: 0 for r in ranks}
     launches = {r: 0 for r in ranks}
-
-    def ready(r, waits):
-        return all(flags[r].get(addr, 0) >= v for addr, v in waits)
 
     def start(r):
         while at[r] < len(queue[r]) and cur[r] is None:
@@ -125,7 +140,7 @@ def simulate(ops: dict, heaps: dict) -> Estimate:
             if isinstance(op, Read):
                 tokens[r] += READ_TOKENS * op.count
             elif isinstance(op, Launch):
-                cur[r] = [price(op), 0, False]
+                cur[r] = [price(op), 0]
                 launches[r] += 1
 
     for r in ranks:
@@ -143,24 +158,20 @@ def simulate(ops: dict, heaps: dict) -> Estimate:
             inbox[r] = []
             if cur[r] is None:
                 continue
-            p, i = cur[r][0], cur[r][1]
-            if i == 0 and not ready(r, p.pre):
+            p, i = cur[r]
+            if any(j == i and flags[r].get(addr, 0) < v for j, addr, v in p.waits):
                 tokens[r] += RECORD_TOKENS                  # a spin record: the flag is not there yet
                 continue
-            if i == p.records - 1 and not cur[r][2]:
-                cur[r][2] = True                            # the flag stores leave before the final wait
-                progress = True
-                for addr, v in p.stores:
-                    route = next((x for x in routes[r] if x.start <= addr < x.stop), None)
-                    if route is None or route.multicast:
-                        flags[r][addr] = v
-                    for peer in (route.peers if route is not None else ()):
-                        out.append((peer, addr, v))
-            if i == p.records - 1 and not ready(r, p.post):
-                tokens[r] += RECORD_TOKENS
-                continue
             progress = True
-            if i == p.records - 1:
+            for j, addr, v in p.stores:
+                if j != i:
+                    continue
+                route = next((x for x in routes[r] if x.start <= addr < x.stop), None)
+                if route is None or route.multicast:
+                    flags[r][addr] = v
+                for peer in (route.peers if route is not None else ()):
+                    out.append((peer, addr, v))
+            if i >= p.records - 1:
                 tokens[r] += p.tokens
                 cur[r] = None
                 start(r)
@@ -180,13 +191,16 @@ def _heap(nranks: int, rank: int, config: dict) -> Heap:
 
 
 def estimate(kind: str, nranks: int, count: int, algo: str, root: int | None = 0, config: dict | None = None,
-             op="sum", dtype="int32") -> Estimate:
+             op="sum", dtype="int32", chunk: int | None = None) -> Estimate:
     """The predicted cost of one call of the collectives that have two algorithms (allreduce, allgather, broadcast)
-    on a fresh communicator."""
+    on a fresh communicator; ``count`` in words per rank's block (the copy collectives move any dtype as words, so
+    their dtype does not matter); ``chunk``: words per chunk (None: the schedule's most)."""
     config = dict(config or {})
+    if kind != "allreduce":
+        op, dtype = "sum", "int32"
     key = (kind, nranks, count, algo, root or 0, tuple(sorted((k, v) for k, v in config.items()
                                                               if isinstance(v, (int, str, bool, type(None))))),
-           str(op), str(dtype))
+           str(op), str(dtype), chunk)
     return _estimate(key, config)
 
 
@@ -198,7 +212,7 @@ _memo: dict = {}
 def _estimate(key, config) -> Estimate:
     if key in _memo:
         return _memo[key]
-    kind, n, count, algo, root, _, op, dtype = key
+    kind, n, count, algo, root, _, op, dtype, chunk = key
     dt = DataType.UINT32 if dtype == "uint32" else DataType.INT32
     rop = red_op(op) if op not in ("", "None") else red_op("sum")
     ops, heaps = {}, {}
@@ -208,11 +222,11 @@ def _estimate(key, config) -> Estimate:
         buf = lambda m: as_buffer(np.zeros(max(m, 0), np.int32), "cost model")     # noqa: E731  (sizes only)
         if count:
             if kind == "allreduce":
-                sch.allreduce(buf(count), buf(count), count, algo)
+                sch.allreduce(buf(count), buf(count), count, algo, chunk)
             elif kind == "allgather":
-                sch.allgather(buf(count), buf(count * n), count, algo)
+                sch.allgather(buf(count), buf(count * n), count, algo, chunk)
             elif kind == "broadcast":
-                sch.broadcast(buf(count), buf(count), count, root, algo)
+                sch.broadcast(buf(count), buf(count), count, root, algo, chunk)
             else:
                 raise ValueError(f"the cost model prices allreduce, allgather and broadcast, not {kind}")
         ops[r] = sch.ops

@@ -26,7 +26,7 @@ from .config import Config
 from .errors import InvalidArgument, InvalidUsage, QcclError, Result
 from .heap import Heap
 from .plugins import get_transport, tune
-from .schedule import RankState
+from .schedule import RankState, algo_label, max_chunk
 from .types import BITWISE, RedOp, _integer, red_op
 
 MAX_RANKS = 8
@@ -358,15 +358,21 @@ class Communicator:
             raise InvalidArgument(f"invalid {what} {_show(root)} ({what} should be in the 0..{self._nranks - 1} range)")
         return r
 
-    def _algo(self, kind: str, algo, count: int = 0, dtype=None, op=None, root=None) -> str:
-        """The algorithm a call runs; "auto" asks the tuners (qccl.plugins.tune), the same answer on every rank."""
+    def _algo(self, kind: str, algo, count: int = 0, dtype=None, op=None, root=None, words: int | None = None) -> str:
+        """The algorithm a call runs, as its signature names it ("ring", "multicast", or "ring:4" when a tuner chose
+        4-word chunks, qccl.schedule.algo_label); "auto" (the default) asks the tuners (qccl.plugins.tune), the same
+        answer on every rank. ``words``: the words the schedule moves per block (the copy collectives pad any dtype
+        to words)."""
         if not algo:
             algo = self.config.algo
             if algo not in ALGOS[kind] and algo != "auto":     # a config-wide default: where the kind has it
                 algo = "ring"
         if algo != "auto" and algo not in ALGOS[kind]:
             raise InvalidArgument(f"{kind}: unknown algorithm {algo!r} (available: auto, {', '.join(ALGOS[kind])})")
-        return tune(kind, algo, ALGOS[kind], self._nranks, count, dtype, op, root, self.config.as_dict())
+        chunks = {a: max_chunk(self.heap, kind, a) for a in ALGOS[kind]}
+        t = tune(kind, algo, ALGOS[kind], self._nranks, count, dtype, op, root, self.config.as_dict(),
+                 count if words is None else words, chunks)
+        return algo_label(t.algo, t.chunk, chunks[t.algo])
 
     @staticmethod
     def _stream(stream) -> None:
@@ -433,7 +439,8 @@ class Communicator:
         op = red_op(op)
         s, r = self._buffers("reduce", sendbuf, recvbuf, recv=self._rank == root)
         dt = self._reducible(s, "reduce", op)
-        self._enqueue(Sig("reduce", s.count, dt, str(op), root, self._algo("reduce", algo)), s, r)
+        self._enqueue(Sig("reduce", s.count, dt, str(op), root, self._algo("reduce", algo, s.count, dt, op, root)),
+                      s, r)
 
     @_api
     def broadcast(self, sendbuf, recvbuf, root=0, stream=None, algo=None) -> None:
@@ -446,7 +453,7 @@ class Communicator:
         root = self._root(root)
         s, r = self._buffers("broadcast", sendbuf, recvbuf, send=self._rank == root)
         self._enqueue(Sig("broadcast", r.count, str(r.dtype), None, root,
-                          self._algo("broadcast", algo, r.count, r.dtype, None, root)), s, r)
+                          self._algo("broadcast", algo, r.count, r.dtype, None, root, r.as_words().count)), s, r)
 
     @_api
     def bcast(self, buf, root=0, stream=None, algo=None) -> None:
@@ -461,7 +468,7 @@ class Communicator:
         self._stream(stream)
         s, r = self._buffers("allgather", sendbuf, recvbuf, "gather")
         self._enqueue(Sig("allgather", s.count, str(s.dtype), None, None,
-                          self._algo("allgather", algo, s.count, s.dtype)), s, r)
+                          self._algo("allgather", algo, s.count, s.dtype, words=s.as_words().count)), s, r)
 
     @_api
     def reduce_scatter(self, sendbuf, recvbuf, op="sum", stream=None, algo=None) -> None:
@@ -472,7 +479,8 @@ class Communicator:
         op = red_op(op)
         s, r = self._buffers("reduce_scatter", sendbuf, recvbuf, "scatter")
         dt = self._reducible(s, "reduce_scatter", op)
-        self._enqueue(Sig("reduce_scatter", r.count, dt, str(op), None, self._algo("reduce_scatter", algo)), s, r)
+        self._enqueue(Sig("reduce_scatter", r.count, dt, str(op), None,
+                          self._algo("reduce_scatter", algo, r.count, dt, op)), s, r)
 
     @_api
     def alltoall(self, sendbuf, recvbuf, stream=None) -> None:

@@ -24,8 +24,9 @@ class Config:
     burst: records each device writes between exchanges; stall_windows: idle windows before the deadlock detector
     fires; backend: the machine ("interpreter", "circuit", "model"); fabric: "memory" or "gloo" (None: from how the
     communicator was made); thread_timeout: seconds a thread's call waits for the other threads' ranks; algo: the
-    algorithm of calls that name none ("ring", "multicast" for the collectives that have it, the ring for the others,
-    or "auto": the tuner's choice); backend_options: keyword
+    algorithm of calls that name none ("auto", the default: the tuner's choice of algorithm and chunking, which
+    never writes more tokens than the cheaper algorithm on the shapes qccl_bench.tuner_check measures; "ring";
+    "multicast" for the collectives that have it, the ring for the others); backend_options: keyword
     arguments of the machine's backend (e.g. {"checkpoint": DIR}); transport_options: a
     dict of keys the transport defines and checks (threads: seed, delay_us, timeout; cupy: devices, timeout,
     pinned_bytes)."""
@@ -39,7 +40,7 @@ class Config:
     backend: str = "interpreter"
     fabric: str | None = None
     thread_timeout: float = 60.0
-    algo: str = "ring"
+    algo: str = "auto"
     transport_options: dict | None = None       # keys a transport defines (e.g. threads' seed), passed to it as is
     backend_options: dict = field(default_factory=dict)     # keyword arguments of the QLink backend's Device
 

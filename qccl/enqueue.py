@@ -23,7 +23,7 @@ from .buffers import Buffer, as_buffer
 from .calls import Call, Sig
 from .errors import DeadlockError, InvalidUsage
 from .plugins import run_epoch
-from .schedule import Scheduler
+from .schedule import Scheduler, parse_algo
 from .transport import Work
 from .types import DataType, RedOp, red_op
 
@@ -182,14 +182,15 @@ def _plan(comm, state, segment: list[Call]) -> list:
     if s.count == 0 and s.kind != "barrier":
         return []
     send, recv = call.send, call.recv
+    algo, chunk = parse_algo(s.algo)        # "ring", or "ring:4" when a tuner chose 4-word chunks
     if s.kind in ("allreduce", "reduce", "reduce_scatter"):
         sch = Scheduler(heap, state, send.dtype, red_op(s.op), s.kind)
         if s.kind == "allreduce":
-            sch.allreduce(send, recv, s.count, s.algo)
+            sch.allreduce(send, recv, s.count, algo, chunk)
         elif s.kind == "reduce":
-            sch.reduce(send, recv, s.count, s.root)
+            sch.reduce(send, recv, s.count, s.root, chunk)
         else:
-            sch.reduce_scatter(send, recv, s.count)
+            sch.reduce_scatter(send, recv, s.count, chunk)
         return sch.ops
     sch = Scheduler(heap, state, DataType.INT32, RedOp.SUM, s.kind)
     if s.kind == "barrier":             # an allreduce of one word: every rank's kernel waits for every other's
@@ -197,10 +198,10 @@ def _plan(comm, state, segment: list[Call]) -> list:
         sch.allreduce(one, as_buffer(np.zeros(1, np.int32), "barrier"), 1, "ring")
     elif s.kind == "broadcast":
         w = recv.as_words()
-        sch.broadcast(send.as_words() if send is not None else None, w, w.count, s.root, s.algo)
+        sch.broadcast(send.as_words() if send is not None else None, w, w.count, s.root, algo, chunk)
     elif s.kind == "allgather":
         w = send.as_words()
-        sch.allgather(w, recv.as_words(n), w.count, s.algo)
+        sch.allgather(w, recv.as_words(n), w.count, algo, chunk)
     elif s.kind == "alltoall":
         c = s.count
         return _sendrecv(comm, state, [(p, send.part(p * c, c).as_words()) for p in range(n)],

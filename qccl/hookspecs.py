@@ -95,7 +95,10 @@ class TuneRequest:
 
     ``count`` is NCCL's count for the call (allgather: sendcount; reduce_scatter: recvcount), ``algos`` the
     algorithms this collective has, ``config`` the communicator's config (fifo_slots, slot_words, window_words...).
-    The answer must be the same on every rank (a tuner sees only values that every rank shares)."""
+    The answer must be the same on every rank (a tuner sees only values that every rank shares).
+    ``block_words`` is what the schedule moves per rank's block, in 32-bit words (the copy collectives carry any
+    dtype as padded words: 3 int64 are 6 words, 3 int8 one word); ``chunks`` gives, per algorithm, the most words
+    per chunk the communicator's heap allows (a :class:`Tuning`'s ``chunk`` may be 1..that)."""
     kind: str
     nranks: int
     count: int
@@ -104,13 +107,21 @@ class TuneRequest:
     root: int | None
     algos: tuple[str, ...]
     config: dict
+    block_words: int | None = None
+    chunks: dict = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        """Words per rank's block (``block_words``, or ``count`` when it was not given)."""
+        return self.count if self.block_words is None else self.block_words
 
 
 @dataclass(frozen=True)
 class Tuning:
-    """A tuner's choice: ``algo`` (one of the request's ``algos``) and, optionally, the words per chunk it would use
-    (``chunk``; informational: qccl's schedules chunk by the heap's slot and window sizes) and its predicted cost
-    in model-written tokens per rank (``tokens``)."""
+    """A tuner's choice: ``algo`` (one of the request's ``algos``), the words per chunk the call runs with
+    (``chunk``: 1 up to ``request.chunks[algo]``, the most the heap allows; None: that most) and, optionally, its
+    predicted cost in model-written tokens per rank (``tokens``). Fewer words per chunk mean more ring steps or
+    multicast rounds; the result is the same. A chunk outside 1..most is InvalidArgument, before anything moves."""
     algo: str
     chunk: int | None = None
     tokens: int | None = None
@@ -127,8 +138,10 @@ def qccl_transports() -> list:
 
 @hookspec(firstresult=True)
 def qccl_tune(request: TuneRequest) -> Tuning | None:
-    """Choose the algorithm of a call made with ``algo="auto"``: return a :class:`Tuning`, or None to let the next
-    tuner answer. Called on every rank with the same request; the first non-None answer is used."""
+    """Choose the algorithm and the chunking of a call made with ``algo="auto"`` (the default): return a
+    :class:`Tuning`, or None to let the next tuner answer. Asked for every collective that has a schedule with
+    chunks (allreduce, allgather, broadcast: ring or multicast; reduce, reduce_scatter: ring), on every rank with
+    the same request; the first non-None answer is used. A call that names its algorithm is not tuned."""
 
 
 @hookspec

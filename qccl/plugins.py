@@ -5,7 +5,7 @@
     qccl.plugin_manager().register(obj)    # a tuner, a profiler or a transport of your own
 
 The hooks are documented in :mod:`qccl.hookspecs`. This module is also where qccl calls them: :func:`tune` (the
-algorithm of a call made with ``algo="auto"``), :func:`run_epoch` (group, collective and exchange events around a
+algorithm and chunking of a call made with ``algo="auto"``), :func:`run_epoch` (group, collective and exchange events around a
 world's epoch) and :class:`LaunchTracer` (launch events, from a transport's launch loop).
 """
 from __future__ import annotations
@@ -64,27 +64,34 @@ def get_transport(name: str):
 
 # -- tuner ----------------------------------------------------------------------------------------------------------
 def tune(kind: str, algo: str, algos: tuple[str, ...], nranks: int, count: int, dtype, op=None, root=None,
-         config: dict | None = None) -> str:
-    """The algorithm a call runs: ``algo`` itself unless it is "auto", then the tuners' choice (the first that
-    answers; the built-in one in qccl_plugins.tuner answers last). A choice outside ``algos`` is InvalidArgument.
+         config: dict | None = None, words: int | None = None, chunks: dict | None = None) -> H.Tuning:
+    """The algorithm and chunking a call runs: ``algo`` itself (the schedule's most words per chunk) unless it is
+    "auto", then the tuners' choice (the first that answers; the built-in one in qccl_plugins.tuner answers last).
+    ``chunks``: the most words per chunk of each algorithm on the communicator's heap. A choice outside ``algos`` or
+    a chunk outside 1..most is InvalidArgument naming the tuner, the value and the limit.
 
-    >>> tune("allreduce", "auto", ("ring", "multicast"), 4, 16, "int32")     # doctest: +SKIP
+    >>> tune("allreduce", "auto", ("ring", "multicast"), 4, 16, "int32").algo     # doctest: +SKIP
     'multicast'
     """
+    chunks = dict(chunks or {})
     if algo != "auto":
-        return algo
-    if len(algos) == 1:
-        return algos[0]
+        return H.Tuning(algo, None, None, "named")
     request = H.TuneRequest(kind, nranks, int(count), str(dtype), None if op is None else str(op), root,
-                            tuple(algos), dict(config or {}))
+                            tuple(algos), dict(config or {}), None if words is None else int(words), chunks)
     choice = plugin_manager().hook.qccl_tune(request=request)
     if choice is None:
         raise InvalidArgument(f"{kind}: algo='auto' but no tuner is registered (qccl_plugins provides one); "
                               f"name an algorithm ({', '.join(algos)})")
+    who = choice.source or type(choice).__name__
     if choice.algo not in algos:
-        raise InvalidArgument(f"{kind}: the tuner {choice.source or type(choice).__name__} chose algorithm "
-                              f"{choice.algo!r}; {kind} has {', '.join(algos)}")
-    return choice.algo
+        raise InvalidArgument(f"{kind}: the tuner {who} chose algorithm {choice.algo!r}; {kind} has {', '.join(algos)}")
+    if choice.chunk is not None:
+        most = chunks.get(choice.algo)
+        c = choice.chunk
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1 or (most is not None and c > most):
+            raise InvalidArgument(f"{kind}: the tuner {who} chose chunk={c!r} words for {choice.algo}; the "
+                                  f"communicator's heap allows 1..{most} words per chunk")
+    return choice
 
 
 # -- profiler -------------------------------------------------------------------------------------------------------

@@ -34,6 +34,42 @@ _OP_BITS = {RedOp.SUM: 0, RedOp.PROD: 1, RedOp.MAX: 2, RedOp.MIN: 3, RedOp.AVG: 
             RedOp.BAND: 4, RedOp.BOR: 5, RedOp.BXOR: 6}
 
 
+def max_chunk(heap: Heap, kind: str, algo: str) -> int:
+    """The most words per chunk a collective's schedule can use on ``heap`` (what it uses unless a tuner chose
+    fewer): the ring's slot; multicast AllReduce min(slot, window / n) (a round's n blocks fill one window),
+    AllGather window / n, Broadcast the window. Fewer words per chunk mean more steps (more launches, more tokens)
+    and never a different result.
+
+    >>> max_chunk(Heap(4, 0), "allreduce", "multicast")
+    4
+    """
+    if heap.nranks == 1 or algo == "ring" or heap.multicast is None:
+        return heap.slot_words
+    window, n = heap.multicast.window_words, heap.nranks
+    if kind == "allreduce":
+        return min(heap.slot_words, window // n)
+    if kind == "allgather":
+        return window // n
+    return window
+
+
+def algo_label(algo: str, chunk: int | None, most: int) -> str:
+    """How a call's signature names its algorithm: ``"ring"``, or ``"ring:4"`` when a tuner chose chunks of 4 words
+    below the schedule's most (:func:`max_chunk`). Every rank's signature carries it, so the cross-rank check sees a
+    chunking that differs between ranks as a mismatch.
+
+    >>> algo_label("ring", 4, 8), algo_label("ring", 8, 8), parse_algo("multicast:2")
+    ('ring:4', 'ring', ('multicast', 2))
+    """
+    return algo if chunk is None or chunk >= most else f"{algo}:{chunk}"
+
+
+def parse_algo(label: str | None) -> tuple[str, int | None]:
+    """A signature's algorithm -> (algorithm, words per chunk or None for the schedule's most)."""
+    name, _, chunk = (label or "ring").partition(":")
+    return name, int(chunk) if chunk else None
+
+
 @dataclass
 class RankState:
     """What a rank's host remembers between calls: chunk counters per channel and the multicast round."""
@@ -194,49 +230,55 @@ class Scheduler:
             if hi > lo:
                 yield st, lo, hi
 
-    def allreduce(self, send: Buffer, recv: Buffer, count: int, algo: str = "ring") -> None:
+    def per(self, kind: str, algo: str, chunk: int | None = None) -> int:
+        """The words per chunk a call runs with: ``chunk`` (a tuner's choice), at most :func:`max_chunk`."""
+        most = max_chunk(self.heap, kind, algo)
+        return most if chunk is None else min(int(chunk), most)
+
+    def allreduce(self, send: Buffer, recv: Buffer, count: int, algo: str = "ring", chunk: int | None = None) -> None:
         if self._one_rank(send, recv, count):
             return
         if algo == "multicast":
-            return self._allreduce_multicast(send, recv, count)
-        for off, m, k in self._rounds(count, self.heap.ring.slot_words):
+            return self._allreduce_multicast(send, recv, count, chunk)
+        for off, m, k in self._rounds(count, self.per("allreduce", algo, chunk)):
             for st, lo, hi in self._blocks(S.all_reduce, off, m, k):
                 self._ring_step(st, Piece(send, lo, hi - lo), Piece(recv, lo, hi - lo), True, "allreduce")
 
-    def reduce_scatter(self, send: Buffer, recv: Buffer, rc: int) -> None:
+    def reduce_scatter(self, send: Buffer, recv: Buffer, rc: int, chunk: int | None = None) -> None:
         if self._one_rank(send, recv, rc):
             return
-        for off, k in self._chunks(rc, self.heap.ring.slot_words):
+        for off, k in self._chunks(rc, self.per("reduce_scatter", "ring", chunk)):
             for st in S.reduce_scatter(self.rank, self.nranks):
                 self._ring_step(st, Piece(send, st.block * rc + off, k), Piece(recv, off, k), True, "reduce_scatter")
 
-    def allgather(self, send: Buffer, recv: Buffer, sc: int, algo: str = "ring") -> None:
+    def allgather(self, send: Buffer, recv: Buffer, sc: int, algo: str = "ring", chunk: int | None = None) -> None:
         if self._one_rank(send, recv, sc):
             return
         if algo == "multicast":
-            return self._allgather_multicast(send, recv, sc)
-        for off, k in self._chunks(sc, self.heap.ring.slot_words):
+            return self._allgather_multicast(send, recv, sc, chunk)
+        for off, k in self._chunks(sc, self.per("allgather", algo, chunk)):
             for st in S.all_gather(self.rank, self.nranks):
                 self._ring_step(st, Piece(send, off, k), Piece(recv, st.block * sc + off, k), False, "allgather")
 
-    def broadcast(self, send: Buffer | None, recv: Buffer, count: int, root: int, algo: str = "ring") -> None:
+    def broadcast(self, send: Buffer | None, recv: Buffer, count: int, root: int, algo: str = "ring",
+                  chunk: int | None = None) -> None:
         if self._one_rank(send, recv, count):
             return
         if algo == "multicast":
-            return self._broadcast_multicast(send, recv, count, root)
+            return self._broadcast_multicast(send, recv, count, root, chunk)
         prim = S.broadcast(self.rank, self.nranks, root)
         in_place = self.rank == root and send.ptr == recv.ptr
-        for off, k in self._chunks(count, self.heap.ring.slot_words):
+        for off, k in self._chunks(count, self.per("broadcast", algo, chunk)):
             local = Piece(send, off, k) if prim.local else None
             out = None if in_place else Piece(recv, off, k)
             self.step(self.heap.ring, recv=prim.recv, send=prim.send, local=local, reduce=False, out=out,
                       note=f"broadcast {prim}")
 
-    def reduce(self, send: Buffer, recv: Buffer | None, count: int, root: int) -> None:
+    def reduce(self, send: Buffer, recv: Buffer | None, count: int, root: int, chunk: int | None = None) -> None:
         if self._one_rank(send, recv, count):
             return
         prim = S.reduce(self.rank, self.nranks, root)
-        for off, k in self._chunks(count, self.heap.ring.slot_words):
+        for off, k in self._chunks(count, self.per("reduce", "ring", chunk)):
             out = Piece(recv, off, k) if prim.copy else None
             self.step(self.heap.ring, recv=prim.recv, send=prim.send, local=Piece(send, off, k), reduce=prim.reduce,
                       out=out, final=prim.copy, note=f"reduce {prim}")
@@ -274,9 +316,9 @@ class Scheduler:
                 if out is not None and out.count:
                     self.ops.append(Read(at, out.buf, out.start, out.count))
 
-    def _allgather_multicast(self, send: Buffer, recv: Buffer, sc: int) -> None:
+    def _allgather_multicast(self, send: Buffer, recv: Buffer, sc: int, chunk: int | None = None) -> None:
         n, mc, st = self.nranks, self.heap.multicast, self.state
-        for off, kk in self._chunks(sc, mc.window_words // n):
+        for off, kk in self._chunks(sc, self.per("allgather", "multicast", chunk)):
             seq = st.mc_seq + 1
             win = mc.window(seq)
             blocks = [(win + b * kk, Piece(recv, b * sc + off, kk)) for b in range(n)]
@@ -284,13 +326,13 @@ class Scheduler:
                 self._mc_step(step, seq, blocks, Piece(send, off, kk), 0, "allgather multicast")
             st.mc_seq = seq
 
-    def _allreduce_multicast(self, send: Buffer, recv: Buffer, count: int) -> None:
+    def _allreduce_multicast(self, send: Buffer, recv: Buffer, count: int, chunk: int | None = None) -> None:
         """The ring's ReduceScatter steps store each reduced block straight into the multicast window (``y``), so
         every rank gets it from one store: NVLS-style, the fabric still adds nothing. The peers are past their reads
         of the window's last round (the same parity, two rounds ago): every rank's data of this round is in the
         reduced block, so the store may land."""
         n, mc, st = self.nranks, self.heap.multicast, self.state
-        per = min(self.heap.ring.slot_words, mc.window_words // n)
+        per = self.per("allreduce", "multicast", chunk)
         for off, m, k in self._rounds(count, per):
             seq = st.mc_seq + 1
             win = mc.window(seq)
@@ -306,10 +348,11 @@ class Scheduler:
                                     "allreduce multicast", y=win + lo - off)
             st.mc_seq = seq
 
-    def _broadcast_multicast(self, send: Buffer | None, recv: Buffer, count: int, root: int) -> None:
+    def _broadcast_multicast(self, send: Buffer | None, recv: Buffer, count: int, root: int,
+                             chunk: int | None = None) -> None:
         mc, st = self.heap.multicast, self.state
         in_place = self.rank == root and send.ptr == recv.ptr
-        for off, k in self._chunks(count, mc.window_words):
+        for off, k in self._chunks(count, self.per("broadcast", "multicast", chunk)):
             seq = st.mc_seq + 1
             win = mc.window(seq)
             blocks = [(win, None if in_place else Piece(recv, off, k))]

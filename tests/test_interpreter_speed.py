@@ -18,7 +18,7 @@ from qwengpu.interpreter import Interpreter
 from qwengpu.isa import MachineError
 
 RECORDED = {   # algo -> (sha256 of the four streams, tokens in rank 0's stream), from commit eb76979
-    None: ("68fe66f9d33c33337b059bafd6bab750099f4c2baa80ae4a402b5ee3ad47d485", 2264),
+    "ring": ("68fe66f9d33c33337b059bafd6bab750099f4c2baa80ae4a402b5ee3ad47d485", 2264),
     "multicast": ("9cf821de297a9b10ef95d916262568ab943debf85324d0be928f602e047427e5", 2084),
 }
 
@@ -40,7 +40,7 @@ def _streams(algo):
     return h.hexdigest(), len(comms[0].world.devices[0].tokens)
 
 
-@pytest.mark.parametrize("algo", [None, "multicast"])
+@pytest.mark.parametrize("algo", ["ring", "multicast"])     # named: the default (auto) would pick one of them
 def test_allreduce_stream_unchanged(algo):
     assert _streams(algo) == RECORDED[algo]
 

@@ -169,3 +169,9 @@ def test_demo_table_beats_the_seeds_allreduce(tmp_path):
     assert all(r["seed"] for r in ring["4_ranks"].values()), "the seed's figure beside each of the six"
     assert ring["4_ranks"]["allreduce"]["tokens_max"] <= 664
     assert ring["8_ranks"]["allreduce"]["tokens_max"] <= 1480
+    for n in rows:          # the default (auto) rows write what the cheaper of the two algorithms writes
+        by = {(r["kind"], r["algo"]): r for r in rows[n]}
+        for kind in ("allreduce", "allgather", "broadcast"):
+            auto = by[(kind, "auto")]
+            assert auto["tokens_max"] == min(by[(kind, a)]["tokens_max"] for a in ("ring", "multicast"))
+            assert auto["tokens"] == by[(kind, auto["ran"])]["tokens"]

@@ -128,8 +128,8 @@ def test_mismatched_group_calls_are_usage_errors(comms):
     x, y = np.arange(4, dtype=np.int32), np.zeros(4, np.int32)
     before = snapshot(comms)
     with pytest.raises(qccl.InvalidUsage, match=r"mismatched calls: collective call 0 on this communicator is "
-                       r"allreduce\(count=4, dtype=int32, op=sum, algo=ring\) on rank 0 but "
-                       r"allgather\(count=1, dtype=int32, algo=ring\) on rank 2"):
+                       r"allreduce\(count=4, dtype=int32, op=sum, algo=multicast\) on rank 0 but "
+                       r"allgather\(count=1, dtype=int32, algo=multicast\) on rank 2"):
         with qccl.group():
             for c in comms:
                 if c.rank == 2:
