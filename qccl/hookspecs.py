@@ -52,7 +52,11 @@ class ProfilerEvent:
 
     kind: "group" (one epoch: the calls of a group, or a single call), "collective" (one call of one rank; sends and
     receives appear as "send" / "recv"), "launch" (one kernel launch on one rank), "exchange" (the fabric exchanges of
-    one rank during an epoch). Counters are what the rank's device did during the span: ``tokens_written`` (the
+    one rank during an epoch: in one process the in-memory lockstep, across processes the gloo all_gathers that carry
+    every window's packets; emitted by each process for its own ranks, so a launch under ``python -m qccl.launch``
+    gives one per process and epoch; ``op_count`` is the rank's first call in the epoch, ``call`` its calls joined
+    by "+", ``note`` the fabric, and the counters ``packets_sent``, ``packets_received``, ``exchanges`` say what
+    crossed the link). Counters are what the rank's device did during the span: ``tokens_written`` (the
     model's tokens: the cost), ``tokens_fed`` (prefill), ``records``, ``launches``; ``packets_sent`` /
     ``packets_received`` / ``exchanges`` for the links. A collective's counters are its rank's share of the epoch
     when the rank made only that call in it; with several calls of one rank in a group they are None (the group

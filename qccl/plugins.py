@@ -146,7 +146,13 @@ def run_epoch(world, work) -> None:
     if mask & H.COLLECTIVE:
         for ev in colls:
             hook.qccl_profiler_start(event=ev)
-    exchanges = [H.ProfilerEvent("exchange", comm, r, world.nranks, (r,), start=time.perf_counter()) for r in ranks]
+    first = {r: min((ev.op_count for ev in colls if ev.rank == r), default=counts.get(r, 0)) for r in ranks}
+    fabric = getattr(world, "fabric", None)
+    where = "processes" if getattr(fabric, "distributed", False) else "in-process"
+    exchanges = [H.ProfilerEvent("exchange", comm, r, world.nranks, (r,), first[r],
+                                 "+".join(ev.call for ev in colls if ev.rank == r),
+                                 note=f"{type(fabric).__name__ if fabric is not None else 'fabric'} ({where})",
+                                 start=time.perf_counter()) for r in ranks]
     if mask & H.EXCHANGE:
         for ev in exchanges:
             hook.qccl_profiler_start(event=ev)

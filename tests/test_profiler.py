@@ -144,3 +144,99 @@ def test_a_profiler_registered_from_outside():
     group = next(e for e in rec.stopped if e.kind == "group")
     assert group.ranks == (0, 1)
     assert group.tokens_written == sum(after[r]["tokens_written"] - before[r]["tokens_written"] for r in range(2))
+
+
+EXCHANGE = re.compile(r"\[(\d+)\] QCCL INFO Exchange: opCount (\w+) calls ([\w+-]+) comm (0x[0-9a-f]+) nranks (\d+) "
+                      r"fabric (\w+) \(([\w-]+)\) exchanges (\d+) packets sent (\d+) received (\d+) wall")
+
+
+def test_exchange_events_in_debug_lines_and_trace(monkeypatch, capsys, tmp_path):
+    """One exchange event per rank and epoch: an INFO line and a slice on the rank's fabric track, with the windows
+    exchanged and the packets sent and received that the rank's own counters show."""
+    path = tmp_path / "trace.json"
+    monkeypatch.setenv("QCCL_DEBUG", "INFO")
+    monkeypatch.setenv("QCCL_TRACE", str(path))
+    trace.reset()
+    comms = qccl.Communicator.init_all(3)
+    before = [c.stats for c in comms]
+    _allreduce(comms, count=5)
+    after = [c.stats for c in comms]
+    _broadcast(comms, root=2)
+    assert trace.flush() == str(path)
+    lines = [EXCHANGE.search(x) for x in capsys.readouterr().err.splitlines()]
+    lines = [m.groups() for m in lines if m]
+    assert len(lines) == 6
+    first = {int(m[0]): m for m in lines[:3]}
+    assert sorted(first) == [0, 1, 2]
+    for r, m in first.items():
+        d = {k: after[r][k] - before[r][k] for k in ("exchanges", "packets_sent", "packets_received")}
+        assert m[1:3] == ("0", "allreduce") and m[4:7] == ("3", "InMemoryFabric", "in-process")
+        assert (int(m[7]), int(m[8]), int(m[9])) == (d["exchanges"], d["packets_sent"], d["packets_received"])
+        assert d["packets_sent"] > 0 and d["exchanges"] > 0
+    assert [m[1:3] for m in lines[3:]] == [("1", "broadcast")] * 3
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {(e["tid"], e["args"]["name"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(trace.FABRIC_TRACK + r, f"rank {r} fabric") for r in range(3)} <= names
+    for r in range(3):
+        ex = [e for e in events if e["ph"] == "X" and e["cat"] == "exchange" and e["tid"] == trace.FABRIC_TRACK + r]
+        assert [e["name"] for e in ex] == ["exchange allreduce", "exchange broadcast"]
+        assert ex[0]["args"]["packets_sent"] == after[r]["packets_sent"] - before[r]["packets_sent"]
+        assert ex[0]["args"]["exchanges"] == after[r]["exchanges"] - before[r]["exchanges"]
+        packets = [e for e in events if e["ph"] == "C" and e["name"] == f"packets rank {r}"]
+        assert packets[-1]["args"]["packets_sent"] == sum(e["args"]["packets_sent"] for e in ex)
+
+
+PROGRAM = """
+import json, os, sys
+import numpy as np
+import qccl
+comm = qccl.Communicator.init(int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"]), qccl.get_unique_id())
+r = comm.rank
+before = comm.stats
+x = np.arange(6, dtype=np.int32) * (r + 1)
+y = np.zeros(6, np.int32)
+comm.allreduce(x, y, algo="ring")
+after = comm.stats
+from qccl_plugins import trace
+trace.flush()
+json.dump({"y": y.tolist(), "before": before, "after": after}, open(sys.argv[1] + f".{r}", "w"))
+"""
+
+
+def test_exchange_events_across_processes(tmp_path):
+    """Under python -m qccl.launch each process reports its rank's exchanges over the gloo fabric: the INFO line and
+    its own trace file (the rank in the name) carry what crossed the link, equal to the rank's counters."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[1]
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    env = dict(os.environ, QCCL_DEBUG="INFO", QCCL_TRACE=str(tmp_path / "trace.json"))
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", "2", "--timeout", "120", str(script), str(out)],
+                       cwd=root, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [m.groups() for m in (EXCHANGE.search(x) for x in (p.stdout + p.stderr).splitlines()) if m]
+    assert sorted(int(m[0]) for m in lines) == [0, 1]
+    for r in range(2):
+        rep = json.loads(Path(f"{out}.{r}").read_text())
+        assert rep["y"] == (np.arange(6) * 3).tolist()
+        d = {k: rep["after"][k] - rep["before"][k] for k in ("exchanges", "packets_sent", "packets_received")}
+        assert d["packets_sent"] > 0 and d["packets_received"] > 0 and d["exchanges"] > 0
+        m = next(m for m in lines if int(m[0]) == r)
+        assert m[1:3] == ("0", "allreduce") and m[4:7] == ("2", "GlooFabric", "processes")
+        assert (int(m[7]), int(m[8]), int(m[9])) == (d["exchanges"], d["packets_sent"], d["packets_received"])
+        events = json.loads((tmp_path / f"trace.{r}.json").read_text())["traceEvents"]
+        ex = [e for e in events if e["ph"] == "X" and e["cat"] == "exchange"]
+        assert len(ex) == 1 and ex[0]["tid"] == trace.FABRIC_TRACK + r
+        assert ex[0]["args"]["fabric"] == "GlooFabric (processes)"
+        assert (ex[0]["args"]["exchanges"], ex[0]["args"]["packets_sent"]) == (d["exchanges"], d["packets_sent"])
+        launches = [e for e in events if e["ph"] == "X" and e["cat"] == "launch"]
+        assert len(launches) == rep["after"]["launches"] - rep["before"]["launches"]
+        assert all(e["tid"] == r for e in launches)
+    assert not (tmp_path / "trace.json").exists(), "one file per process, none shared"
