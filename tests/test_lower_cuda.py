@@ -223,3 +223,31 @@ def test_a_64_bit_integer_argument_is_a_value_not_a_pointer():
     np.testing.assert_array_equal(dev.read(0, 4), [-20, -19, -18, -1])
     with pytest.raises(MachineError, match="does not fit 32 bits"):
         dev.launch(dev.load_kernel(source, "k"), threads=4, args=[0, 1 << 40, 0])
+
+
+def test_atomic_xor_returns_the_old_value_in_lane_order():
+    """atomicXor's old value is the new one xor the operand: each lane sees the lanes before it (8 threads, two
+    warps, one word)."""
+    src = r'''extern "C" __global__ void k(int *out, int *word, const int *x) {
+      out[threadIdx.x] = atomicXor(word, x[threadIdx.x]); }'''
+    rng = np.random.default_rng(3)
+    xv = rng.integers(-(1 << 31), 1 << 31, 8)
+    dev = Device()
+    out, word, x = dev.alloc(8), dev.alloc(1), dev.alloc(8)
+    dev.write(word, [0x1234567])
+    dev.write(x, xv)
+    dev.launch(dev.load_kernel(src, "k"), threads=8, args=[out, word, x])
+    running = np.bitwise_xor.accumulate(np.concatenate([[0x1234567], xv]))
+    np.testing.assert_array_equal(dev.read(out, 8), words(running[:8]))
+    assert dev.read(word, 1)[0] == words(running[8:])[0]
+
+
+def test_atomic_cas_is_refused_naming_the_machines_atomic():
+    src = r'''extern "C" __global__ void k(int *out, int *lock) {
+      out[threadIdx.x] = atomicCAS(lock, 0, threadIdx.x + 1); }'''
+    dev = Device()
+    before = dev.read(0, 8)
+    with pytest.raises(MachineError, match=r"atom.cas is a three-operand read-modify-write; the machine's atomic "
+                                           r"block applies one two-operand ALU op.*atom.global.cas.b32"):
+        dev.launch(dev.load_kernel(src, "k"), threads=4, args=[0, 4])
+    np.testing.assert_array_equal(dev.read(0, 8), before)

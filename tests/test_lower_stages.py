@@ -174,3 +174,47 @@ def test_emitted_sequence_matches_ptx_semantics(text, typ):
     for lane in range(8):
         sources = [values[o.name][lane] if hasattr(o, "name") else o.value for o in inst.operands[1:]]
         assert int(got[lane]) == fold(inst, [int(v) for v in sources]), (lane, a[lane], b[lane])
+
+
+# ------------------------------------------------------------------------------------------------ barriers
+
+def test_barrier_keeps_only_registers_written_before_and_read_after_on_lanes_that_see_them():
+    from qwengpu.lowering.barriers import kept_registers
+    mops = [MOp("ne", ("tid", 0), (None, 0), "%p"),
+            MOp("add", ("tid", 0), (None, 1), "%v"),                     # read after the barrier: kept
+            MOp("a", ("tid", 0), dst="%w", pred=("%p", False)),
+            MOp("a", ("%w", 0), store=("tid", 32), pred=("%p", False)),
+            MOp(barrier=True),
+            MOp("add", ("tid", 0), (None, 7), "%w", pred=("%p", False)),  # rewritten under the same mask ...
+            MOp("a", ("%w", 0), store=("tid", 8), pred=("%p", False)),   # ... and read only there: not kept
+            MOp("a", ("%v", 0), (None, 0), store=("tid", 16)),
+            MOp("a", ("%never", 0), store=("tid", 24))]                  # never written: 0, as after the restart
+    (kept,) = kept_registers(mops).values()
+    assert kept == ["%p", "%v"]
+    mops[6].pred = None                     # lanes where %p is 0 store %w's value from before the barrier
+    (kept,) = kept_registers(mops).values()
+    assert kept == ["%p", "%v", "%w"]
+    del mops[5:7]
+    (kept,) = kept_registers(mops).values()
+    assert kept == ["%v"]
+
+
+def test_barrier_expansion_parks_stores_restores_and_dispatches():
+    from qwengpu.lowering.barriers import expand
+    mops = [MOp("add", ("tid", 0), (None, 1), "%v"), MOp(barrier=True), MOp("a", ("%v", 0), store=("tid", 0)),
+            MOp(barrier=True), MOp("a", ("tid", 0), store=("tid", 8))]
+    out, slots = expand(mops, threads=8, base=100)
+    assert slots == 2
+    dispatch = out[:2]
+    assert [(m.op, m.a, m.b, m.load, m.branch, m.restore) for m in dispatch] == [
+        ("eq", ("tid", 100), (None, 1), True, "nonzero", True), ("eq", ("tid", 100), (None, 2), True, "nonzero", True)]
+    parks = [i for i, m in enumerate(out) if m.parks]
+    assert [(out[i].a, out[i].store, out[i].branch) for i in parks] == [((None, 1), ("tid", 100), "always"),
+                                                                        ((None, 2), ("tid", 100), "always")]
+    assert out[parks[0] - 1].a == ("%v", 0) and out[parks[0] - 1].store == ("tid", 108)      # %v kept in slot 1
+    first_resume = out[dispatch[0].target_index]
+    assert first_resume.restore and first_resume.a == ("tid", 108) and first_resume.dst == "%v"
+    assert dispatch[1].target_index == parks[1] + 1                   # nothing is kept across the second barrier
+    program = allocate("k", fuse(out), True)
+    assert len(program.barrier_exits) == 2
+    assert all(program.blocks[i].branch == "always" for i in program.barrier_exits)

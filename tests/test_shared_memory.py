@@ -132,6 +132,27 @@ def test_nvcc_32_bit_shared_addresses_give_the_same_results():
         np.testing.assert_array_equal(results[0], results[1], err_msg=name)
 
 
+@pytest.mark.parametrize("threads, rounds", [(8, 0), (8, 3), (6, 9), (8, 1)])
+def test_barrier_in_a_simt_loop(threads, rounds):
+    """spread's loop is entered under a lane mask (NVRTC's guard), so it runs on the 'any' branch: its mask, counter
+    and induction variable are kept across the barrier."""
+    dev = Device()
+    out, x, r = dev.alloc(8), dev.alloc(8), dev.alloc(1)
+    xv = words(np.random.default_rng(rounds), 8, -1000, 1000)
+    dev.write(x, xv)
+    dev.write(r, [rounds])
+    k = kernel(dev, "spread")
+    assert any(block.branch == "any" for block in k.program((out, x, r), threads).blocks)
+    dev.launch(k, threads=threads, args=[out, x, r])
+    expect = xv.astype(np.int64)
+    expect[threads:] = 0
+    for round_ in range(rounds):
+        for i in range(threads):
+            expect[(i + round_) & 7] += i + 1
+    got = dev.read(out, threads)
+    np.testing.assert_array_equal(got, expect[:threads])
+
+
 # ------------------------------------------------------------------------------------------------ how it runs
 
 def test_one_warp_needs_no_barrier_state_and_two_warps_park_at_each_barrier():

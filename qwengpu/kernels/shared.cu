@@ -67,3 +67,18 @@ extern "C" __global__ void rotate(int *out, const int *x, const int *rounds) {
     } while (++r < *rounds);
     out[i] = s[i];
 }
+
+// A barrier in a loop the lowering runs SIMT style (NVRTC guards it with *rounds >= 1, so the loop is entered under
+// a lane mask and repeats on the 'any' branch): each round every thread adds i + 1 to a word that moves with the
+// round.
+extern "C" __global__ void spread(int *out, const int *x, const int *rounds) {
+    __shared__ int s[8];
+    int i = threadIdx.x;
+    s[i] = x[i];
+    __syncthreads();
+    for (int r = 0; r < *rounds; r++) {
+        atomicAdd(&s[(i + r) & 7], i + 1);
+        __syncthreads();
+    }
+    out[i] = s[i];
+}

@@ -72,7 +72,8 @@ def observed_keeps(mops: list[MOp]) -> list[bool]:
             continue
         d, observed = mop.dst, False
         seen = set()
-        work = [(s, frozenset({mop.pred})) for s in succ[i]]
+        start = frozenset() if mop.pred[0] == d else frozenset({mop.pred})   # ``@p p = ..`` rewrote its own mask
+        work = [(s, start) for s in succ[i]]
         while work and not observed:
             j, covered = work.pop()
             if (j, covered) in seen:
@@ -80,8 +81,13 @@ def observed_keeps(mops: list[MOp]) -> list[bool]:
             seen.add((j, covered))
             later = mops[j]
             operands = [s for s, _ in (later.a, later.b)] + ([later.store[0]] if later.store else [])
+            # ``m & d`` with d written where m is nonzero (a SIMT loop's ``active &= condition``): where m is 0 the
+            # result is 0 whatever d held.
+            masked = (later.op == "and" and not later.load and later.store is None and later.pred is None
+                      and {later.a, later.b} <= {(d, 0), *((m, 0) for m, neg in covered if not neg)}
+                      and later.a != later.b)
             if (later.pred is not None and later.pred[0] == d) or (
-                    d in operands and (later.pred is None or later.pred not in covered)):
+                    d in operands and not masked and (later.pred is None or later.pred not in covered)):
                 observed = True
                 break
             if later.dst == d and later.pred is None:

@@ -671,6 +671,9 @@ class Emitter:
         kinds = {"add": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor", "exch": "b",
                  "inc": None, "dec": None, "cas": None}
         kind = next((m for m in inst.modifiers if m in kinds), None)
+        if kind in ("cas", "inc", "dec"):
+            raise unsupported(inst, f"atom.{kind} is a three-operand read-modify-write; the machine's atomic block "
+                                    "applies one two-operand ALU op to the word (add, min, max, and, or, xor, exch)")
         if kind is None or kinds[kind] is None:
             raise unsupported(inst, "atomics are add, min, max, and, or, xor and exch")
         op = kinds[kind]
@@ -681,12 +684,13 @@ class Emitter:
         if not wanted:
             self.emit(MOp(op, where, value, None, load=True, store=where, atomic=True))
             return
-        if op == "add":   # atom returns the old value: new - v, computed by the machine
+        if op in ("add", "xor"):   # atom returns the old value: new - v or new ^ v, computed by the machine
             new = self.temp()
-            self.emit(MOp("add", where, value, new, load=True, store=where, atomic=True))
-            self.op("sub", (new, 0), value, dst=dst)
+            self.emit(MOp(op, where, value, new, load=True, store=where, atomic=True))
+            self.op("sub" if op == "add" else "xor", (new, 0), value, dst=dst)
             return
-        raise unsupported(inst, f"the old value of atom.{kind} is not available; only atom.add returns it")
+        raise unsupported(inst, f"the old value of atom.{kind} is not available (the atomic block keeps only the "
+                                "new value); atom.add and atom.xor return it")
 
     # -- arithmetic --------------------------------------------------------------------------------------------------
     def _compute(self, read, dst: str, value_here) -> None:
