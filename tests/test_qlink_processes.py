@@ -56,7 +56,7 @@ def test_remote_deadlock_lines_carry_kernel_and_flag_names(tmp_path):
     # Both ranks share the launcher's stdout: one os.write of under PIPE_BUF bytes is atomic, print's pieces interleave.
     script.write_text("import os, numpy as np, qccl\nrank, n = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])\n"
                       "c = qccl.Communicator.init(n, rank, qccl.get_unique_id(), config={'fifo_slots': 1})\n"
-                      "try:\n    c.allreduce(np.arange(16, dtype=np.int32), np.zeros(16, np.int32))\n"
+                      "try:\n    c.allreduce(np.arange(16, dtype=np.int32), np.zeros(16, np.int32), algo='ring')\n"
                       "except qccl.DeadlockError as e:\n    os.write(1, f'rank {rank} says {e.message!r}\\n'.encode())\n")
     r = subprocess.run([sys.executable, "-m", "qccl.launch", "-n", "2", "--timeout", "200", str(script)], cwd=ROOT,
                        capture_output=True, text=True, timeout=240)
@@ -64,7 +64,7 @@ def test_remote_deadlock_lines_carry_kernel_and_flag_names(tmp_path):
     with pytest.raises(qccl.DeadlockError) as e:
         with qccl.group():
             for c in comms:
-                c.allreduce(np.arange(16, dtype=np.int32), np.zeros(16, np.int32))
+                c.allreduce(np.arange(16, dtype=np.int32), np.zeros(16, np.int32), algo="ring")   # auto: multicast
     local = e.value.message.split("\n")[1:]
     assert all("kernel prim" in line and "(ring.head)" in line for line in local)
     said = [line for line in r.stdout.splitlines() if " says " in line]
