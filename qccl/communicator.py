@@ -148,7 +148,9 @@ class Communicator:
         """ncclCommSplit: the ranks that pass the same ``color`` form a new communicator, ranked by ``key`` (then by
         their rank here); ``color`` SPLIT_NOCOLOR (-1) joins none and gets None. Every rank of this communicator
         calls it. With one thread driving every rank the result is ready once the last rank called (using it before
-        is InvalidUsage); with one thread per rank, the call waits for the others.
+        is InvalidUsage); with one thread per rank, the call waits for the others; with one process per rank
+        (qccl.launch, torchrun) the members meet in the parent's rendezvous store (at most ``thread_timeout`` s) and
+        each process joins its rank of its color's new world.
 
         >>> evens_odds = [c.split(c.rank % 2, c.rank) for c in comms]      # doctest: +SKIP
         """
@@ -161,7 +163,8 @@ class Communicator:
     @_api
     def shrink(self, exclude_ranks, config=None) -> "Communicator":
         """ncclCommShrink: a new communicator of this one's ranks but ``exclude_ranks`` (renumbered in order). Every
-        rank that stays calls it with the same list; the excluded ranks do not.
+        rank that stays calls it with the same list; the excluded ranks do not (also across processes: an excluded
+        process may have gone).
 
         >>> smaller = [c.shrink([2]) for c in comms if c.rank != 2]      # doctest: +SKIP
         """
@@ -176,12 +179,13 @@ class Communicator:
         return self._regroup("shrink", 0, self._rank, stay, config)
 
     def _regroup(self, kind: str, color: int, key: int, members: tuple, config):
-        """split and shrink: every member posts (color, key); the last one to arrive makes the new communicators."""
+        """split and shrink: every member posts (color, key); the last one to arrive makes the new communicators.
+        With one thread per rank, each member's thread then joins its own rank of the new world (the worlds of
+        threads meet at init); across processes the members meet through the transport (:meth:`_regroup_processes`)."""
         self._alive(kind)
-        if self._mode == "process":
-            raise InvalidUsage(f"{kind} across processes is not supported yet (one thread or one thread per rank "
-                               "of one process: init_all, or init in threads)")
         cfg = Config.of(config) if config is not None else self.config
+        if self._mode == "process":
+            return self._regroup_processes(kind, color, key, members, cfg)
         board = self._board
         with board.cond:
             index = self._splits
@@ -207,6 +211,11 @@ class Communicator:
                                            timeout=float(self.config.thread_timeout)):
                     raise InvalidUsage(f"rank {self._rank} waited {self.config.thread_timeout:g} s in {kind}: "
                                        f"{child._pending}")
+        assigned = child.__dict__.pop("_assigned", None)
+        if assigned is not None:        # outside the board's lock: init waits for the other members' threads
+            m, new, uid = assigned
+            child._setup(m, new, _create_world(self.transport, m, [new], uid, cfg), self.transport, cfg, "thread",
+                         uid)
         return None if color == SPLIT_NOCOLOR else child
 
     def _make_children(self, table: dict, index: int, cfg: Config) -> None:
@@ -221,9 +230,7 @@ class Communicator:
             if self._mode == "thread" and m > 1:
                 for new, (_, r) in enumerate(members):
                     child = table[r]["child"]
-                    world = _create_world(self.transport, m, [new], uid, cfg)
-                    child._setup(m, new, world, self.transport, cfg, "thread", uid)
-                    child._pending = None
+                    child._assigned = (m, new, uid)        # its own thread joins the new world (_regroup)
             else:
                 world = _create_world(self.transport, m, list(range(m)), uid, cfg)
                 for new, (_, r) in enumerate(members):
@@ -232,6 +239,33 @@ class Communicator:
                     child._pending = None
         for e in table.values():
             e["child"].__dict__["_pending"] = None
+
+    def _regroup_processes(self, kind: str, color: int, key: int, members: tuple, cfg: Config):
+        """split / shrink with one process per rank: the members swap (kind, members, color, key) through the
+        transport's rendezvous (``world.regroup``), then each process joins its rank of its color's new world, whose
+        own rendezvous lives under the old one's (``world.child_id``)."""
+        regroup = getattr(self.world, "regroup", None)
+        if regroup is None:
+            raise InvalidUsage(f"{kind} across processes: transport {self.transport.name} cannot regroup its ranks "
+                               "(it has no world.regroup)")
+        index = self._splits
+        self._splits += 1
+        mine = [kind, list(members), color, key]
+        entries = regroup(self._rank, index, members, mine, float(self.config.thread_timeout))
+        for r in members:
+            theirs = entries[r]
+            if theirs[:2] != mine[:2]:
+                raise InvalidUsage(f"mismatched calls: communicator-creation call {index} is {theirs[0]} over ranks "
+                                   f"{theirs[1]} on rank {r} but {kind} over ranks {list(members)} on rank "
+                                   f"{self._rank}")
+        if color == SPLIT_NOCOLOR:
+            return None
+        group = sorted((entries[r][3], r) for r in members if entries[r][2] == color)
+        m, new = len(group), group.index((key, self._rank))
+        uid = self.world.child_id(index, color, f"{getattr(self._uid, 'token', self._uid)}.{index}.{color}")
+        world = _create_world(self.transport, m, [new], uid, cfg)
+        mode = "all" if m == 1 else "process" if len(world.local_ranks) < m else "thread"
+        return Communicator(m, new, world, self.transport, cfg, mode, uid)
 
     # -- queries -------------------------------------------------------------------------------------------------------
     @property

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import dataclass, field
 
 import qccl
 from qccl.errors import DeadlockError
@@ -119,6 +120,23 @@ class QLinkWorld(World):
         self.fabric.live.last_call = _calls_text(calls)     # named in the peers' errors if this rank goes away
         return self.fabric.all_gather_object(calls, f"the call-signature exchange of {self.fabric.live.last_call}")
 
+    def regroup(self, rank, index, members, entry, timeout):
+        """split / shrink across processes: post this rank's ``entry`` (plain values) for communicator-creation call
+        ``index`` in the world's store and read every member's; waits at most ``timeout`` s, naming who is missing."""
+        import json
+        live = self.fabric.live
+        keys = {r: f"{live.prefix}/regroup/{index}/{r}" for r in members}
+        live.store.set(keys[rank], json.dumps(entry))
+        live.poll_until(lambda: live.store.check(list(keys.values())), f"communicator-creation call {index}", timeout,
+                        lambda: "ranks " + ", ".join(str(r) for r in members if not live.store.check([keys[r]])))
+        return {r: json.loads(v) for r, v in zip(keys, live.store.multi_get(list(keys.values())))}
+
+    def child_id(self, index, color, token):
+        """The unique id of a world split off this one: its rendezvous is this world's store, under its own prefix."""
+        import torch.distributed as dist
+        live = self.fabric.live
+        return ChildId(token, store=dist.PrefixStore(f"{live.prefix}/regroup/{index}/color{color}", live.store))
+
     def stats(self, rank) -> dict:
         return self.engine.stats(rank)
 
@@ -167,6 +185,17 @@ def _calls_text(calls) -> str:
         else:
             out.append(str(c))
     return ", ".join(out) or "nothing"
+
+
+@dataclass(frozen=True)
+class ChildId:
+    """A unique id whose rendezvous is a store that already exists (a split-off world's, under its parent's)."""
+    token: str
+    store: object = field(default=None, compare=False, repr=False)
+    address: str | None = None
+
+    def __str__(self) -> str:
+        return self.token
 
 
 class QLinkTransport(Transport):
