@@ -35,6 +35,11 @@ from qwengpu.isa import SINK
 
 Q8 = 256                                    # 1.0 in the runs' fixed point
 HEAP = {"slot_words": 8, "window_words": 4, "p2p_slot_words": 1}
+# The XOR runs' heaps (62 and 58 words; their buffers take 65 more): xor_ddp's AllReduce of 32 words over 16-word
+# multicast windows (4-word ring slots for its ReduceScatter half), xor_zero's ReduceScatter over 8-word ring slots
+# and its AllGather over 8-word multicast windows.
+HEAP_DDP = {"slot_words": 4, "window_words": 16, "p2p_slot_words": 1}
+HEAP_ZERO = {"slot_words": 8, "window_words": 8, "p2p_slot_words": 1}
 
 
 class ReplayMismatch(AssertionError):

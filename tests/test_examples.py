@@ -21,13 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def _params_each_step(run_class, steps):
     seen = []
     run = run_class(seed=0)
-    run.train(steps, on_step=lambda step, r: seen.append(r.m.read_all(r.p, PARAMS)))
-    return run, seen
+    result = run.train(steps, on_step=lambda step, r: seen.append(r.m.read_all(r.p, PARAMS)))
+    return run, seen, result
 
 
 def test_xor_ddp_and_zero_equal_the_replay_and_each_other():
-    ddp, ddp_params = _params_each_step(XorRun, 2)
-    zero, zero_params = _params_each_step(ZeroRun, 2)
+    ddp, ddp_params, ddp_result = _params_each_step(XorRun, 2)
+    zero, zero_params, zero_result = _params_each_step(ZeroRun, 2)
+    # the tokens a step costs (README's table): xor_ddp 6,670 per rank at most (7,705 before the batch-wide forward
+    # and the unit-per-lane backward); xor_zero writes fewer, its SGD updating a quarter of the parameters
+    assert ddp_result["tokens_per_step"]["max"] <= 6700
+    assert zero_result["tokens_per_step"]["max"] < ddp_result["tokens_per_step"]["min_over_ranks"]["min"]
     for step, (a, b) in enumerate(zip(ddp_params, zero_params)):
         for r in range(4):
             np.testing.assert_array_equal(a[r], b[r], err_msg=f"step {step} rank {r}")
@@ -127,31 +131,77 @@ def test_checked_in_ptx_matches(cu):
     assert ptx_for(path) == path.with_suffix(".ptx").read_text()
 
 
-def test_first_xor_ddp_step_on_the_circuit():
-    """Rank 0's first xor_ddp step on one device, through the first half-batch's forward and loss (its parameters,
-    zeroed gradients, loss word and half-batch copied in as the run copies them after the Broadcast), recorded by the
-    interpreter and fed to the compiled circuit (qwengpu.circuit.verify): the circuit must predict every token the
-    interpreter wrote. CI's share; `python -m qccl_bench.train_figures --circuit` runs the whole first step of all four
-    ranks greedily on the circuit and compares the streams."""
-    from qwengpu import Device
+def _first_step_in_contexts(run):
+    """Broadcast and step 0 of an xor_ddp run with a context rebase after the Broadcast, between the forward and the
+    backward, and before the AllReduce; checked against the replay. -> {rank: {part: (first, end)}}, each part's span
+    in that rank's token log (a context from its start, up to the next rebase's read-back)."""
+    m = run.m
+    run.broadcast_init()
+    common.check_equal("initial parameters", 0, m.read_all(run.p, PARAMS), run.replay_p)
+    spans = {r: {} for r in m.ranks}
+
+    def cut(part):
+        for r in m.ranks:
+            dev = m.world.devices[r]
+            spans[r][part] = (dev.context_starts[-1], len(dev.tokens))
+        m.rebase()
+
+    cut("broadcast")
+    grads, losses = run.compute(0, between=lambda: cut("forward"))
+    cut("backward")
+    run.communicate(grads)
+    for r in m.ranks:
+        spans[r]["allreduce and sgd"] = (m.world.devices[r].context_starts[-1], len(m.world.devices[r].tokens))
+    want_g, want_l = run.replay_step(0)
+    common.check_equal("gradients", 0, grads, want_g)
+    common.check_equal("loss", 0, losses, want_l)
+    common.check_equal("parameters", 0, m.read_all(run.p, PARAMS), run.replay_p)
+    return spans
+
+
+def _verify_on_the_circuit(run, spans, parts):
+    """Feed each span to a fresh compiled circuit (qwengpu.circuit.verify): it must predict every token the
+    interpreter wrote there. -> model tokens compared."""
+    from qwengpu import tokens as T
     from qwengpu.circuit.exact import CircuitBackend
     from qwengpu.circuit.verify import verify
-    from examples.xor_ddp.run import HALF, KERNELS as K
+    checker = CircuitBackend()
+    fresh = checker.snapshot()
+    compared = 0
+    for r, part in parts:
+        a, b = spans[r][part]
+        log = run.m.world.devices[r].tokens[a:b]
+        checker.restore(fresh)
+        result = verify(checker, log, stop_after=1)
+        assert result.mismatches == [], f"rank {r}, {part}: {result}"
+        assert result.compared == sum(1 for t in log if t.origin == T.MODEL) > 0
+        compared += result.compared
+    return compared
+
+
+def test_first_xor_ddp_step_on_the_circuit():
+    """Rank 0's first xor_ddp step on the compiled circuit, token for token (CI's share, about 90 s): a 4-rank
+    interpreter run of the Broadcast and step 0 with context rebases between its parts, then rank 0's forward context
+    (the batch copied in, xor_forward on 8 threads, the loss word read) and its communication context (qccl's
+    AllReduce: every prim and mcast launch and the host's copies; the sums copied in; xor_sgd) are fed to the circuit,
+    which must predict every token the interpreter wrote. About 5,000 positions: 55 s of CPU (107 s wall on the
+    shared 2-core machine). Rank 0's backward (two xor_backward launches, 5,240 positions: the whole step would take
+    about 110 s) and the other ranks are test_first_xor_ddp_step_of_every_rank_on_the_circuit's (slow)."""
     run = XorRun(seed=0)
-    dev = Device()
-    p, g, b, loss = run.p, run.g, run.b, run.loss           # the run's addresses (free of the heap's apertures)
-    dev.alloc(127 - p, at=p)
-    dev.write(p, XR.init_params(0).astype(np.int32))
-    dev.write(g, np.zeros(PARAMS, np.int32))
-    dev.write(loss, np.zeros(1, np.int32))
-    dev.write(b, run.half_words(run.minibatch(0, 0)[:HALF]))
-    for name, threads, args in (("xor_forward", 8, (p, b, HALF)), ("xor_loss", HALF, (b, loss))):
-        dev.launch(dev.load_kernel(K[name].source, name), threads, args)
-    np.testing.assert_array_equal(dev.read(loss, 1), [XR.loss(XR.init_params(0), *(
-        lambda h: (XR.X[h], XR.T[h]))(run.minibatch(0, 0)[:HALF]))])
-    result = verify(CircuitBackend(), dev.tokens, stop_after=1)
-    assert result.compared > 1000
-    assert result.mismatches == [], str(result)
+    spans = _first_step_in_contexts(run)
+    compared = _verify_on_the_circuit(run, spans, [(0, "forward"), (0, "allreduce and sgd")])
+    assert compared > 2500
+
+
+@pytest.mark.slow
+def test_first_xor_ddp_step_of_every_rank_on_the_circuit():
+    """The whole first step of xor_ddp on every rank on the compiled circuit, token for token: each rank's
+    Broadcast, forward, backward and AllReduce-and-SGD contexts (about 11,000 positions a rank; rank 0 alone took
+    112 s of CPU, 231 s wall on the shared 2-core machine)."""
+    run = XorRun(seed=0)
+    spans = _first_step_in_contexts(run)
+    parts = [(r, part) for r in run.m.ranks for part in spans[r]]
+    assert _verify_on_the_circuit(run, spans, parts) > 4 * 6000          # every token each rank wrote in step 0
 
 
 def test_rebase_copies_the_words_into_a_fresh_context():

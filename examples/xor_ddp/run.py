@@ -2,11 +2,13 @@
 
     python -m examples.xor_ddp --steps 200 --json xor_ddp.json --save xor_ddp.npz --png xor_ddp.png
 
-A step on every rank: H2D two half-batches of 4 samples (x0, x1 and the negated target, which the forward turns into
-the error); per half-batch the kernels xor_forward, xor_loss, xor_backward (gradients summed by atomicAdd over both
-halves); D2H of the 32 gradients; qccl AllReduce (ring, over QLink); H2D of the sums; xor_sgd. Before step 0 rank 0's
-initial parameters reach every rank through a qccl Broadcast. The host never adds, scales or compares a value: every
-number below comes out of the machines, and the replay only checks them.
+A step on every rank: H2D the batch of 8 samples (x0, x1 and the negated target, which the forward turns into the
+error); xor_forward_samples (a sample a lane: outputs, errors, the loss word); xor_backward_units twice (a hidden unit
+a lane, units 0-3 then 4-7, each summing its gradients over the 8 samples), each followed by a D2H of its 16 gradient
+words; qccl AllReduce of the 32 (algorithm "multicast": the ring's ReduceScatter steps store each reduced block into a
+16-word multicast window); H2D of the sums; xor_sgd. Before step 0 rank 0's initial parameters reach every rank
+through a qccl Broadcast. The host never adds, scales or compares a value: every number below comes out of the
+machines, and the replay only checks them.
 """
 from __future__ import annotations
 
@@ -17,15 +19,20 @@ import numpy as np
 
 import qccl
 from examples import common
+from qccl.buffers import as_buffer
+from qccl.transport import Read
 
 from . import replay as R
 
 HERE = Path(__file__).resolve().parent
 KERNELS = {name: common.kernel(HERE, "xor.cu", name)
-           for name in ("xor_forward", "xor_backward", "xor_loss", "xor_correct", "xor_sgd")}
-PARAMS, HALF = 32, 4
+           for name in ("xor_forward_samples", "xor_backward_units", "xor_correct", "xor_sgd",
+                        "xor_forward", "xor_backward", "xor_loss")}     # the last three: examples/torch_q8's
+PARAMS = 32
+HALF = 4                # the half-batch kernels' samples (examples/torch_q8)
 DATASET = 64            # samples in the training set (XOR corners); each rank holds a quarter
-BATCH = 8               # samples per step per rank: two half-batches of HALF
+BATCH = 8               # samples per step per rank (the batch's array stride in xor.cu, NS)
+UNITS = 4               # hidden units per xor_backward_units launch (one warp); its gradients: 4 arrays of UNITS words
 
 
 class XorRun:
@@ -33,14 +40,20 @@ class XorRun:
     (xor_zero overrides it)."""
 
     name = "xor_ddp"
+    heap = common.HEAP_DDP      # qccl's heap: 4-slot ring of 4 words, two 16-word multicast windows
+    algo = "multicast"          # the AllReduce's algorithm, named (qccl's default may change)
 
     def __init__(self, seed: int = 0, backend: str = "interpreter", nranks: int = 4):
         self.seed, self.nranks = seed, nranks
-        self.m = common.Machines(nranks=nranks, backend=backend)
+        self.m = common.Machines(nranks=nranks, backend=backend, heap=dict(self.heap))
         self.p = self.m.alloc("parameters (W1 8x2, b1 8, W2 8)", PARAMS)
-        self.g = self.m.alloc("gradients", PARAMS)
-        self.b = self.m.alloc("half-batch (x0 4, x1 4, error 4)", 3 * HALF)
+        self.b = self.m.alloc("batch (x0 8, x1 8, error 8); a backward launch stores its dW1 sums over x0, which "
+                              "the host copies in again; after the backward: the 32 summed gradients (with the next "
+                              "8 words)", 3 * BATCH)
+        self.a = self.m.alloc("a backward launch's atomic sums (db1 4, dW2 4)", 2 * UNITS)
         self.loss = self.m.alloc("loss / correct-count word", 1)
+        self.g = self.b             # the backward's dW1 sums land on x0 (stored after its last read of the batch)
+        self.sums = self.b          # the AllReduce's sums are copied in over the batch and the atomic sums
         rng = np.random.default_rng(seed)
         points = rng.integers(0, 4, DATASET)
         self.shards = [points[r * DATASET // nranks:(r + 1) * DATASET // nranks] for r in range(nranks)]
@@ -54,9 +67,13 @@ class XorRun:
         return self.shards[rank][rng.choice(len(self.shards[rank]), BATCH, replace=False)]
 
     @staticmethod
-    def half_words(points: np.ndarray) -> np.ndarray:
-        """What the loader copies in: x0[4], x1[4], then each target negated (the data set stores -t)."""
-        return np.concatenate([R.X[points, 0], R.X[points, 1], -R.T[points]]).astype(np.int32)
+    def batch_words(points: np.ndarray) -> np.ndarray:
+        """What the loader copies in: x0[8], x1[8], then each target negated (the data set stores -t); fewer points
+        fill the first words of each array (the kernels' stride is BATCH)."""
+        words = np.zeros(3 * BATCH, np.int32)
+        n = len(points)
+        words[0:n], words[BATCH:BATCH + n], words[2 * BATCH:2 * BATCH + n] = R.X[points, 0], R.X[points, 1], -R.T[points]
+        return words
 
     # -- the schedule ------------------------------------------------------------------------------------------------
     def broadcast_init(self) -> None:
@@ -65,25 +82,38 @@ class XorRun:
         recv = [np.zeros(PARAMS, np.int32) for _ in range(self.nranks)]
         with qccl.group():
             for c in self.m.comms:
-                c.broadcast(init if c.rank == 0 else None, recv[c.rank], root=0)
+                c.broadcast(init if c.rank == 0 else None, recv[c.rank], root=0, algo="ring")
         self.m.run({r: [self.m.write(self.p, recv[r])] for r in self.m.ranks})
 
-    def compute(self, step: int) -> tuple[dict, dict]:
-        """Forward, loss and backward of both half-batches on every rank; -> (gradients, loss word) per rank."""
+    def compute(self, step: int, between=None) -> tuple[dict, dict]:
+        """Forward, loss and backward of the batch on every rank; -> (gradients, loss word) per rank. ``between``:
+        called after the forward and before the backward (e.g. Machines.rebase, to check the two apart)."""
         m, K = self.m, KERNELS
         grads = {r: np.zeros(PARAMS, np.int32) for r in m.ranks}
         losses = {r: np.zeros(1, np.int32) for r in m.ranks}
-        ops = {}
+        forward, backward = {}, {}
         for r in m.ranks:
-            batch = self.minibatch(step, r)
-            ops[r] = [m.write(self.g, np.zeros(PARAMS, np.int32)), m.write(self.loss, np.zeros(1, np.int32))]
-            for half in (batch[:HALF], batch[HALF:]):
-                ops[r] += [m.write(self.b, self.half_words(half)),
-                           m.launch(K["xor_forward"], 8, (self.p, self.b, HALF), "forward"),
-                           m.launch(K["xor_loss"], HALF, (self.b, self.loss), "loss"),
-                           m.launch(K["xor_backward"], HALF, (self.p, self.b, self.g), "backward")]
-            ops[r] += [m.read(self.g, grads[r]), m.read(self.loss, losses[r])]
-        m.run(ops)
+            words = self.batch_words(self.minibatch(step, r))
+            forward[r] = [m.write(self.b, words), m.write(self.loss, np.zeros(1, np.int32)),
+                          m.launch(K["xor_forward_samples"], BATCH, (self.p, self.b, self.loss), "forward"),
+                          m.read(self.loss, losses[r])]
+            backward[r] = []
+            for u in range(0, 8, UNITS):
+                if u:       # the last launch stored its dW1 sums over x0: the loader's words again (a copy)
+                    backward[r].append(m.write(self.b, words[:BATCH]))
+                backward[r] += [m.write(self.a, np.zeros(2 * UNITS, np.int32)),
+                                m.launch(K["xor_backward_units"], UNITS, (self.p, self.b, self.g, self.a, u),
+                                         f"backward {u}-{u + UNITS - 1}")]
+                # the launch's 4 arrays of UNITS words land at their places in the gradient vector (a copy of words)
+                into = as_buffer(grads[r], "read")
+                backward[r] += [Read(self.g, into, u, UNITS), Read(self.g + UNITS, into, 8 + u, UNITS),
+                                Read(self.a, into, 16 + u, UNITS), Read(self.a + UNITS, into, 24 + u, UNITS)]
+        if between is None:
+            m.run({r: forward[r] + backward[r] for r in m.ranks})
+        else:
+            m.run(forward)
+            between()
+            m.run(backward)
         return grads, losses
 
     def communicate(self, grads: dict) -> None:
@@ -93,8 +123,8 @@ class XorRun:
         with self.collective():
             with qccl.group():
                 for c in m.comms:
-                    c.allreduce(grads[c.rank], summed[c.rank], op=qccl.SUM)
-        m.run({r: [m.write(self.g, summed[r]), m.launch(KERNELS["xor_sgd"], PARAMS, (self.p, self.g), "sgd")]
+                    c.allreduce(grads[c.rank], summed[c.rank], op=qccl.SUM, algo=self.algo)
+        m.run({r: [m.write(self.sums, summed[r]), m.launch(KERNELS["xor_sgd"], PARAMS, (self.p, self.sums), "sgd")]
                for r in m.ranks})
 
     @contextlib.contextmanager
@@ -111,9 +141,8 @@ class XorRun:
         grads, losses = {}, {}
         for r in self.m.ranks:
             batch = self.minibatch(step, r)
-            halves = (batch[:HALF], batch[HALF:])
-            grads[r] = R.wrap(sum(R.gradients(self.replay_p, R.X[h], R.T[h]) for h in halves))
-            losses[r] = np.array([R.wrap(sum(R.loss(self.replay_p, R.X[h], R.T[h]) for h in halves))])
+            grads[r] = R.gradients(self.replay_p, R.X[batch], R.T[batch])
+            losses[r] = np.array([R.loss(self.replay_p, R.X[batch], R.T[batch])])
         total = R.wrap(sum(grads[r] for r in self.m.ranks))
         self.replay_p = R.step(self.replay_p, total)
         return grads, losses
@@ -123,9 +152,11 @@ class XorRun:
         m, K = self.m, KERNELS
         counts = {r: np.zeros(1, np.int32) for r in m.ranks}
         every = np.arange(4)
-        m.run({r: [m.write(self.b, self.half_words(every)), m.write(self.loss, np.zeros(1, np.int32)),
-                   m.launch(K["xor_forward"], 8, (self.p, self.b, HALF), "eval forward"),
-                   m.launch(K["xor_correct"], HALF, (self.b, self.loss), "correct"),
+        m.run({r: [m.write(self.b, self.batch_words(every)), m.write(self.loss, np.zeros(1, np.int32)),
+                   m.launch(K["xor_forward_samples"], 4, (self.p, self.b, self.loss), "eval forward"),
+                   m.write(self.loss, np.zeros(1, np.int32)),
+                   # xor_correct reads the errors at its argument + 2 * HALF: the batch's errors are at b + 2 * BATCH
+                   m.launch(K["xor_correct"], 4, (self.b + 2 * BATCH - 2 * HALF, self.loss), "correct"),
                    m.read(self.loss, counts[r])] for r in m.ranks})
         common.check_equal("correct count", -1, counts, np.array([R.correct(self.replay_p, R.X, R.T)]))
         return {r: int(counts[r][0]) for r in m.ranks}

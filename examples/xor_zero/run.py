@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 import qccl
+from examples import common
 from examples.xor_ddp import run as ddp
 
 SHARD = ddp.PARAMS // 4
@@ -22,6 +23,7 @@ class ZeroRun(ddp.XorRun):
     """xor_ddp's run with the ZeRO-1 communication step."""
 
     name = "xor_zero"
+    heap = common.HEAP_ZERO     # 8-word ring slots (ReduceScatter) and 8-word multicast windows (AllGather)
 
     def __init__(self, seed: int = 0, backend: str = "interpreter", nranks: int = 4):
         if nranks != 4:
@@ -33,10 +35,10 @@ class ZeroRun(ddp.XorRun):
         shard = {r: np.zeros(SHARD, np.int32) for r in m.ranks}
         with self.collective(), qccl.group():
             for c in m.comms:
-                c.reduce_scatter(grads[c.rank], shard[c.rank], op=qccl.SUM)
+                c.reduce_scatter(grads[c.rank], shard[c.rank], op=qccl.SUM, algo="ring")
         updated = {r: np.zeros(SHARD, np.int32) for r in m.ranks}
-        m.run({r: [m.write(self.g + SHARD * r, shard[r]),
-                   m.launch(K["xor_sgd"], SHARD, (self.p + SHARD * r, self.g + SHARD * r), "sgd (own quarter)"),
+        m.run({r: [m.write(self.sums + SHARD * r, shard[r]),
+                   m.launch(K["xor_sgd"], SHARD, (self.p + SHARD * r, self.sums + SHARD * r), "sgd (own quarter)"),
                    m.read(self.p + SHARD * r, updated[r])] for r in m.ranks})
         gathered = {r: np.zeros(ddp.PARAMS, np.int32) for r in m.ranks}
         with self.collective(), qccl.group():
