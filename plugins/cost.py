@@ -34,6 +34,7 @@ RECORD_TOKENS = 9           # EXEC + 2 VALs x 4 lanes
 STORE_TOKENS = 3            # a write-back record
 READ_TOKENS = 2             # a host read: the model writes the word's two VALs
 MAX_WINDOWS = 1_000_000
+PRICED = ("allreduce", "allgather", "broadcast")    # the collectives with two algorithms
 
 
 @dataclass(frozen=True)

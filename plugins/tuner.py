@@ -25,24 +25,38 @@ ORDER = ("ring", "multicast")       # the preference on equal cost
 
 
 def choose(request) -> Tuning:
-    """The cheapest of ``request.algos`` by the cost model (ties: the earlier in ORDER), each at the most words per
-    chunk its schedule allows on this heap (fewer never wrote fewer tokens: more steps, more launches). A collective
-    with one algorithm is not priced; when the model finds every algorithm deadlocks, the ring (the deadlock
-    detector then names each rank's flag, as for a call that names the ring)."""
-    if len(request.algos) == 1:
+    """The cheapest (algorithm, chunk) of ``request.algos`` by the cost model (ties: the earlier in ORDER, then the
+    larger chunk). Chunks priced per algorithm: the most its schedule allows on this heap, and the even split (the
+    same number of rounds with equal chunks, e.g. 16 words on a 5-word window block: 4 x 4 rather than 5 + 5 + 5 + 1).
+    A collective with one algorithm, or one the model does not price (reduce, reduce_scatter), runs at the most; when
+    the model finds every algorithm deadlocks, the ring (the deadlock detector then names each rank's flag, as for a
+    call that names the ring)."""
+    if len(request.algos) == 1 or request.kind not in cost.PRICED:
         return Tuning(request.algos[0], chunk(request, request.algos[0]), None, "qccl_plugins.tuner")
     best = None
     for algo in sorted(request.algos, key=lambda a: ORDER.index(a) if a in ORDER else len(ORDER)):
-        est = cost.estimate(request.kind, request.nranks, request.size, algo, request.root, request.config,
-                            request.op or "sum", request.dtype)
-        if est.deadlock:
-            continue
-        if best is None or est.max < best.tokens:
-            best = Tuning(algo, chunk(request, algo), est.max, "qccl_plugins.tuner")
+        for c in candidates(request, algo):
+            est = cost.estimate(request.kind, request.nranks, request.size, algo, request.root, request.config,
+                                request.op or "sum", request.dtype, c)
+            if est.deadlock:
+                continue
+            if best is None or est.max < best.tokens:
+                best = Tuning(algo, c, est.max, "qccl_plugins.tuner")
     if best is None:        # the flags never allow progress (e.g. a one-slot FIFO): the ring, whose deadlock
         first = min(request.algos, key=lambda a: ORDER.index(a) if a in ORDER else len(ORDER))     # is reported
         best = Tuning(first, chunk(request, first), None, "qccl_plugins.tuner")
     return best
+
+
+def candidates(request, algo: str) -> list[int]:
+    """The chunks the built-in tuner prices for ``algo``: the most, then the even split of the same rounds."""
+    most, size, n = chunk(request, algo), request.size, request.nranks
+    per_round = n * most if request.kind == "allreduce" else most       # allreduce: a round is n blocks
+    rounds = max(1, -(-size // per_round))
+    even = -(-size // rounds)
+    if request.kind == "allreduce":
+        even = -(-even // n)
+    return [most] + ([even] if 1 <= even < most else [])
 
 
 def chunk(request, algo: str) -> int:

@@ -21,10 +21,30 @@ def _cost(kind, n, count, algo):
     return max(o.tokens)
 
 
+def _predicted(kind, n, count):
+    from qccl.hookspecs import TuneRequest
+    from qccl_plugins import tuner
+    return tuner.choose(TuneRequest(kind, n, count, "int32", "sum" if kind == "allreduce" else None, 0,
+                                    ("ring", "multicast"), {}))
+
+
 @pytest.mark.parametrize("kind,n,count", CASES)
 def test_auto_never_costlier(kind, n, count):
+    """Auto writes no more than the cheaper algorithm at the heap's chunking (fewer where its chunking is better),
+    and exactly what the tuner predicted."""
     ring, mc, auto = (_cost(kind, n, count, a) for a in ("ring", "multicast", "auto"))
-    assert auto == min(ring, mc), f"auto wrote {auto} tokens; ring {ring}, multicast {mc}"
+    assert auto <= min(ring, mc), f"auto wrote {auto} tokens; ring {ring}, multicast {mc}"
+    assert auto == _predicted(kind, n, count).tokens
+
+
+def test_the_built_in_tuner_chooses_the_chunking():
+    """3 ranks, 16 words: the multicast AllGather's 5-word blocks take rounds of 5, 5, 5, 1; four rounds of 4 write
+    fewer tokens, and the tuner picks them (below both algorithms at the heap's chunking)."""
+    t = _predicted("allgather", 3, 16)
+    assert (t.algo, t.chunk) == ("multicast", 4)
+    auto, ring, mc = (_cost("allgather", 3, 16, a) for a in (None, "ring", "multicast"))
+    assert auto == t.tokens < min(ring, mc)
+    assert _predicted("allreduce", 4, 16).chunk == 4          # 16 words fill one round of 4 x 4: the most
 
 
 def test_the_model_predicts_the_winner_and_exact_two_rank_ring_costs():
@@ -59,7 +79,8 @@ def test_auto_is_the_default():
     assert qccl.Config().algo == "auto"
     for kind, n, count in (("allreduce", 4, 16), ("allgather", 8, 37), ("allreduce", 3, 16)):
         default = _cost(kind, n, count, None)
-        assert default == min(_cost(kind, n, count, a) for a in ("ring", "multicast"))
+        assert default <= min(_cost(kind, n, count, a) for a in ("ring", "multicast"))
+        assert default == _predicted(kind, n, count).tokens
     assert _cost("allreduce", 4, 16, None) == 308 < _cost("allreduce", 4, 16, "ring") == 463
 
 
