@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .isa import MachineError
 
@@ -52,12 +53,13 @@ class Instruction:
     line: int                   # 1-based line in the PTX text
     text: str                   # the statement as written, stripped, without the ';'
 
-    @property
+    # cached: the lowering asks each instruction for these thousands of times per launch configuration
+    @cached_property
     def base(self) -> str:
         """The first dotted part of the opcode: "ld" for "ld.global.u32"."""
         return self.opcode.split(".", 1)[0]
 
-    @property
+    @cached_property
     def modifiers(self) -> tuple[str, ...]:
         """The opcode's dotted parts after the base: ("global", "u32") for "ld.global.u32"."""
         return tuple(self.opcode.split(".")[1:])

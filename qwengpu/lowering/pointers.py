@@ -21,8 +21,23 @@ from .values import SPECIAL, destination
 THROUGH = {"add", "sub", "mov", "cvta", "selp", "and", "or", "xor"}
 
 
-def address_registers(body) -> set[str]:
+_KNOWN: dict[int, tuple] = {}      # id(body) -> (body, its address registers): a kernel is lowered per launch
+KNOWN_BODIES = 256                  # configuration, and this analysis depends on its body alone
+
+
+def address_registers(body) -> frozenset[str]:
     """Registers that hold byte addresses (or byte offsets added to them) somewhere they are used as addresses."""
+    known = _KNOWN.get(id(body))
+    if known is not None and known[0] is body:     # the entry holds the body, so its id is not reused meanwhile
+        return known[1]
+    found = frozenset(_address_registers(body))
+    _KNOWN[id(body)] = (body, found)
+    if len(_KNOWN) > KNOWN_BODIES:
+        del _KNOWN[next(iter(_KNOWN))]
+    return found
+
+
+def _address_registers(body) -> set[str]:
     insts = [i for i in body if isinstance(i, Instruction)]
     found: set[str] = set()
     for inst in insts:
