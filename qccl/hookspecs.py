@@ -73,7 +73,7 @@ class ProfilerEvent:
     dtype: str = ""
     op: str = ""
     root: int | None = None         # root of broadcast / reduce, peer of send / recv
-    algo: str = ""
+    algo: str = ""                  # ring, multicast; "ring:4" when a tuner chose 4-word chunks
     note: str = ""                  # a launch's step (e.g. "allreduce recvReduceSend(2)")
     threads: int = 0
     start: float = 0.0
