@@ -7,6 +7,11 @@ gives rank r the summed gradients of parameters 8r..8r+7; the host copies them i
 quarter only (8 threads, pointers offset by 8r); the host reads the 8 new words back and a qccl AllGather over the
 multicast window (``algo="multicast"``: each word is written once and lands in every replica) gives every rank all
 32, which the host copies into its parameters. SGD is elementwise, so the parameters equal xor_ddp's bit for bit.
+
+The heap (common.HEAP_ZERO, 58 words): 8-word ring slots, so the ReduceScatter of 32 words is one chunk a step (376
+tokens a rank), and 8-word multicast windows, so the AllGather moves 2 words of each rank a round in 4 rounds (324).
+Together 700 tokens in qccl calls against xor_ddp's 652 for its AllReduce: not the seed's halving. 16-word windows
+(2 rounds, 206 tokens) need a 74-word heap with these slots, which does not fit beside the runs' 65 words.
 """
 from __future__ import annotations
 
