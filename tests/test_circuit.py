@@ -156,7 +156,7 @@ def test_a_deadlock_on_the_circuit_backend_is_detected():
     with pytest.raises(qccl.DeadlockError) as e:
         with qccl.group():
             for c in comms:
-                c.allreduce(x[c.rank], y[c.rank])
+                c.allreduce(x[c.rank], y[c.rank], algo="ring")      # the default (auto) runs multicast here
     head = comms[0].heap.ring.head
     assert set(e.value.waits) == {0, 1}
     assert all(w.kernel == "prim" and w.address == head and w.value is None for w in e.value.waits.values())
