@@ -71,7 +71,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--count", type=int, default=1000, help="words per rank (default 1000)")
-    ap.add_argument("--algo", default=None, help="qccl algorithm (ring or multicast)")
+    ap.add_argument("--algo", default="ring", help="qccl algorithm (ring, the default here, multicast or auto)")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--json", help="write the figures to this file")
     args = ap.parse_args(argv)

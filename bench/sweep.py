@@ -28,7 +28,7 @@ OPS = ("sum", "prod", "max", "min", "avg")
 DTYPES = (np.int32, np.uint32)
 REDUCING = ("allreduce", "reduce_scatter", "reduce")
 ROOTED = ("broadcast", "reduce", "sendrecv")         # sendrecv: the root is the peer distance
-ALGOS = {"allreduce": (None, "multicast"), "allgather": (None, "multicast"), "broadcast": (None, "multicast")}
+ALGOS = {"allreduce": ("ring", "multicast"), "allgather": ("ring", "multicast"), "broadcast": ("ring", "multicast")}
 IN_PLACE = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 
 
