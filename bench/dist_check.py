@@ -28,7 +28,7 @@ BASIC = [("allreduce", "sum", 16), ("allreduce", "max", 37), ("allreduce", "avg"
 def basic(n: int) -> list[Case]:
     out = []
     for i, (kind, op, count) in enumerate(BASIC):
-        algo = "multicast" if kind.endswith("_mc") else None
+        algo = "multicast" if kind.endswith("_mc") else "ring"
         kind = kind.removesuffix("_mc")
         root = 1 % n if kind == "sendrecv" else i % n
         out.append(Case(n, kind, count, op or "sum", np.int32, root, False, algo))
@@ -38,10 +38,10 @@ def basic(n: int) -> list[Case]:
 def wide(n: int, big: bool = False) -> list[Case]:
     """Every collective, every op, both dtypes, in and out of place, both algorithms, counts 0..100 rotating, every
     root of Broadcast and Reduce and every peer of SendRecv; ``big`` adds one AllReduce of 1000 words."""
-    calls = [("allreduce", op, 0, (None, "multicast")[i % 2]) for i, op in enumerate(OPS)]
+    calls = [("allreduce", op, 0, ("ring", "multicast")[i % 2]) for i, op in enumerate(OPS)]
     calls += [("reduce_scatter", op, 0, None) for op in OPS]
-    calls += [("allgather", "sum", 0, algo) for algo in (None, "multicast")]
-    calls += [("broadcast", "sum", root, (None, "multicast")[root % 2]) for root in range(n)]
+    calls += [("allgather", "sum", 0, algo) for algo in ("ring", "multicast")]
+    calls += [("broadcast", "sum", root, ("ring", "multicast")[root % 2]) for root in range(n)]
     calls += [("reduce", OPS[root % len(OPS)], root, None) for root in range(n)]
     calls += [("sendrecv", "sum", peer, None) for peer in range(n)]
     out = []

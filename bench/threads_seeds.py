@@ -25,7 +25,7 @@ def shape(kind: str, seed: int) -> dict:
     n = int(rng.integers(2, 6))
     s = dict(n=n, count=int(rng.integers(1, 25)), op=str(rng.choice(R.OPS)),
              dtype=np.uint32 if rng.random() < 0.3 else np.int32, root=int(rng.integers(0, n)),
-             peer=int(rng.integers(1, n)), algo=None, in_place=False)
+             peer=int(rng.integers(1, n)), algo="ring", in_place=False)
     if kind in ("allreduce", "allgather", "broadcast") and rng.random() < 0.4:
         s["algo"] = "multicast"
     if kind != "sendrecv":

@@ -298,7 +298,7 @@ def test_on_a_gpu_every_dtype_and_op(dtype):
     ops = ("sum", "prod", "max", "min")
     for i, kind in enumerate(("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")):
         for op in (ops if kind in ("allreduce", "reduce_scatter", "reduce") else ("sum",)):
-            for algo in ((None, "multicast") if kind in ("allreduce", "allgather", "broadcast") else (None,)):
+            for algo in (("ring", "multicast") if kind in ("allreduce", "allgather", "broadcast") else (None,)):
                 y, want = _run(comms, kind, np.dtype(dtype), op, count=37, root=i % 2, algo=algo, seed=i)
                 assert all(np.array_equal(a, b) for a, b in zip(y, want)), (dtype, kind, op, algo)
 
