@@ -12,6 +12,7 @@ result against numpy. One rank, the victim, injects one fault at a random call:
                                                      -> InvalidUsage on every rank, then the next calls work
   count     half the count                           -> the same
   skip      skips the call (its later calls shift)   -> InvalidUsage on every rank, and RemoteError at the end
+            (its last call skipped: it exits cleanly, having nothing left to mismatch; the others name it gone)
   late      sleeps 30 s before the call              -> the others' DeadlockError after QCCL_TIMEOUT s (naming it)
   launcher  (not a rank) the launcher itself is killed: every rank must die with it
 
@@ -208,6 +209,9 @@ def judge(res: dict) -> dict:
             continue        # the victim died by its own hand
         if f == "launcher":
             continue        # every rank dies with the launcher: counted by `left`
+        if f == "skip" and r == v and res["at"] == res.get("calls", 6) - 1:
+            continue        # it skipped its last call: no later call of its own to mismatch, it exits cleanly (the
+            #                 others must name it gone)
         d = rep.get("delay")
         if d is None and res.get("launcher") == "torchrun" and not res["hung"]:
             continue        # torchrun's agent stopped it (SIGTERM) before qccl's error: an end, not a hang
@@ -253,6 +257,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.summarize is not None:
         rows = [json.loads(line) for f in a.summarize for line in Path(f).read_text().splitlines() if line]
+        rows = [{**r, **judge(r)} for r in rows]        # judged again: the records keep what every rank saw
         print(f"{len(rows)} injections")
         print(summary(rows))
         return 0 if all(r["ok"] for r in rows) else 1
