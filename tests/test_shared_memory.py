@@ -245,6 +245,18 @@ def test_dynamic_shared_memory_and_partial_barriers_are_refused_by_name():
         dev.launch(k, threads=8, args=[0])
 
 
+def test_syncwarp_is_free_and_does_not_park():
+    """``__syncwarp()`` (bar.warp.sync): a warp's lanes run in step, so it costs nothing, with any number of warps."""
+    dev = Device()
+    k = dev.load_kernel(_ptx("\tmov.u32 %r1, %tid.x;\n\tbar.warp.sync -1;\n\tmul.wide.u32 %rd1, %r1, 4;\n"
+                             "\tld.param.u64 %rd2, [k_param_0];\n\tadd.s64 %rd3, %rd2, %rd1;\n"
+                             "\tst.global.u32 [%rd3], %r1;"), "k")
+    out = dev.alloc(8)
+    assert not k.program((out,), 8).barrier_exits
+    dev.launch(k, threads=8, args=[out])
+    np.testing.assert_array_equal(dev.read(out, 8), np.arange(8))
+
+
 def test_shared_symbols_at_a_constant_offset_and_by_register():
     """``[s+28]`` and ``mov.u64 %rd, s`` name the same words (hand-written PTX, as clang or a person writes it); every
     thread reads the word thread 7 (warp 1) stored, after the barrier."""
@@ -260,30 +272,38 @@ def test_shared_symbols_at_a_constant_offset_and_by_register():
 
 # ------------------------------------------------------------------------------------------------ other backends
 
-def _block_sum_tokens(backend):
+# Two warps on each: one barrier (block_sum), a barrier in a uniform loop with a register kept (tree_sum, two blocks),
+# a barrier in a loop run on the 'any' branch (spread).
+BACKEND_RUNS = {"block_sum": (8, 1, lambda out, x, r: [out, x]), "tree_sum": (8, 2, lambda out, x, r: [out, x, 13]),
+                "spread": (8, 1, lambda out, x, r: [out, x, r])}
+
+
+def _tokens(backend, name):
+    threads, blocks, args = BACKEND_RUNS[name]
     dev = Device(backend=backend)
-    out, x = dev.alloc(2), dev.alloc(8)
-    dev.write(x, np.arange(8) * 3 - 11)
-    dev.launch(kernel(dev, "block_sum"), threads=8, args=[out, x])
-    return dev.read(out, 1), [(t.id, t.origin) for t in dev.tokens]
+    out, x, r = dev.alloc(8), dev.alloc(16), dev.alloc(1)
+    dev.write(x, np.arange(16) * 3 - 11)
+    dev.write(r, [2])
+    dev.launch(kernel(dev, name), threads=threads, blocks=blocks, args=args(out, x, r))
+    return dev.read(out, 8), dev.tokens
 
 
-def test_the_circuit_writes_the_interpreters_tokens_on_a_two_warp_barrier():
-    (value, tokens), (ref_value, ref_tokens) = _block_sum_tokens("circuit"), _block_sum_tokens("interpreter")
-    assert value[0] == ref_value[0] == sum(np.arange(8) * 3 - 11)
-    assert tokens == ref_tokens
+@pytest.mark.parametrize("name", sorted(BACKEND_RUNS))
+def test_the_circuit_writes_the_interpreters_tokens_across_warps(name):
+    (values, tokens), (ref_values, ref_tokens) = _tokens("circuit", name), _tokens("interpreter", name)
+    if name == "block_sum":
+        assert values[0] == sum(np.arange(8) * 3 - 11)
+    np.testing.assert_array_equal(values, ref_values)
+    assert [(t.id, t.origin) for t in tokens] == [(t.id, t.origin) for t in ref_tokens]
 
 
 @pytest.mark.slow
-def test_the_bf16_model_writes_the_interpreters_tokens_on_a_two_warp_barrier():
+@pytest.mark.parametrize("name", sorted(BACKEND_RUNS))
+def test_the_bf16_model_writes_the_interpreters_tokens_across_warps(name):
     from qwengpu.circuit.model import ModelBackend
     from qwengpu.circuit.verify import verify_chunked
-    dev = Device()
-    out, x = dev.alloc(2), dev.alloc(8)
-    dev.write(x, np.arange(8) * 3 - 11)
-    dev.launch(kernel(dev, "block_sum"), threads=8, args=[out, x])
-    dev.read(out, 1)
-    result = verify_chunked(ModelBackend(dtype="bfloat16"), dev.tokens, chunk=192)
+    _, tokens = _tokens("interpreter", name)
+    result = verify_chunked(ModelBackend(dtype="bfloat16"), tokens, chunk=192)
     assert result.compared > 100 and result.mismatches == [], str(result)
     assert result.min_margin >= 8
 

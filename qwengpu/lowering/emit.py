@@ -550,6 +550,8 @@ class Emitter:
         including lanes masked off by an if-converted branch (their masks are kept with the other registers)."""
         inst = self.inst
         mods = set(inst.modifiers)
+        if inst.base == "bar" and mods == {"warp", "sync"}:
+            return                  # __syncwarp(): a warp's lanes run in step
         if mods - {"sync", "aligned", "cta"} or len(inst.operands) not in (1, 2):
             raise unsupported(inst, "the barriers are bar.sync / barrier.sync of the whole block "
                                     "(__syncthreads); bar.arrive, bar.red and named partial barriers are not")
