@@ -11,6 +11,7 @@ other ranks' calls and runs it on the transport, found by name through pluggy (q
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import secrets
 import weakref
@@ -69,12 +70,31 @@ def get_unique_id() -> UniqueId:
     return UniqueId(secrets.token_hex(16))
 
 
+def _bound(method):
+    """Arguments that do not fit ``method`` (an unknown keyword, a missing buffer) are InvalidArgument naming its
+    parameters, not Python's TypeError: every error through qccl's API is one of qccl's classes."""
+    signature = inspect.signature(method)
+
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as e:
+            params = ", ".join(p for p in signature.parameters if p not in ("self", "cls"))
+            raise InvalidArgument(f"{method.__name__}: {e} (its parameters: {params})") from None
+        return method(*args, **kwargs)
+    return wrapper
+
+
 def _api(method):
-    """Record a qccl error raised by a call as the communicator's last error (get_last_error)."""
+    """A call of a communicator: its arguments checked (:func:`_bound`), and a qccl error it raises recorded as the
+    communicator's last error (get_last_error)."""
+    checked = _bound(method)
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
-            return method(self, *args, **kwargs)
+            return checked(self, *args, **kwargs)
         except QcclError as e:
             self._last_error = str(e)
             raise
@@ -112,6 +132,7 @@ class Communicator:
 
     # -- construction ------------------------------------------------------------------------------------------------
     @classmethod
+    @_bound
     def init(cls, nranks: int, rank: int, uid: UniqueId, transport: str = "qlink", config=None) -> "Communicator":
         """ncclCommInitRank: this caller's rank ``rank`` of an ``nranks`` communicator named by ``uid``: one process
         per rank (under qccl.launch or torchrun) or one thread per rank of this process.
@@ -130,6 +151,7 @@ class Communicator:
         return cls(n, r, world, t, cfg, mode, uid)
 
     @classmethod
+    @_bound
     def init_all(cls, n: int, transport: str = "qlink", config=None) -> list["Communicator"]:
         """ncclCommInitAll: ``n`` ranks, all driven by this thread (group their calls, or call them one after the
         other: a call that waits for other ranks is held until they call).

@@ -247,3 +247,23 @@ def test_calls_after_a_peer_aborted_raise_instead_of_hanging():
         with qccl.group():
             comms[0].allreduce(x[0], x[0].copy())
             comms[2].allreduce(x[2], x[2].copy())
+
+
+def test_arguments_that_do_not_fit_a_call_are_invalid_argument_not_type_error():
+    """Python's TypeError for an unknown keyword or a missing buffer would be the one foreign error class of the API:
+    each is InvalidArgument naming the call's parameters, recorded as the last error, and the next call runs."""
+    comms = qccl.Communicator.init_all(2)
+    x, y = np.arange(4, dtype=np.int32), np.zeros(4, np.int32)
+    with pytest.raises(qccl.InvalidArgument, match=r"allreduce: got an unexpected keyword argument 'root' \(its "
+                                                   r"parameters: sendbuf, recvbuf, op, stream, algo\)"):
+        comms[0].allreduce(x, y, root=1)
+    assert "unexpected keyword argument 'root'" in comms[0].get_last_error()
+    with pytest.raises(qccl.InvalidArgument, match="broadcast: missing a required argument: 'recvbuf'"):
+        comms[0].broadcast(x)
+    with pytest.raises(qccl.InvalidArgument, match="init_all: missing a required argument: 'n'"):
+        qccl.Communicator.init_all(nrank=2)
+    assert not y.any()
+    with qccl.group():
+        for c in comms:
+            c.allreduce(x, y if c.rank == 0 else np.zeros(4, np.int32))
+    assert np.array_equal(y, 2 * x)
