@@ -197,7 +197,7 @@ def test_first_xor_ddp_step_on_the_circuit():
 def test_first_xor_ddp_step_of_every_rank_on_the_circuit():
     """The whole first step of xor_ddp on every rank on the compiled circuit, token for token: each rank's
     Broadcast, forward, backward and AllReduce-and-SGD contexts (about 11,000 positions a rank; rank 0 alone took
-    112 s of CPU, 231 s wall on the shared 2-core machine)."""
+    112 s of CPU; all four ranks 1,298 s wall at low priority on the shared 2-core machine)."""
     run = XorRun(seed=0)
     spans = _first_step_in_contexts(run)
     parts = [(r, part) for r in run.m.ranks for part in spans[r]]
