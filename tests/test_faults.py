@@ -37,14 +37,17 @@ def test_injected_fault_ends_every_rank_with_an_error(fault, n):
         assert f"rank {n - 1} failed: was killed by SIGKILL" in res["log"]
 
 
-@pytest.mark.parametrize("n", [2, 4])
-def test_under_torchrun_a_killed_rank_is_named_or_torchrun_stops_the_rest(n):
+@pytest.mark.parametrize("fault,n", [("kill", 2), ("kill", 4), ("mismatch", 4)])
+def test_under_torchrun_a_fault_is_named_or_torchrun_stops_the_rest(fault, n):
     from qccl_bench.faults import bound, inject, judge
-    res = inject("kill", n, victim=1, at=1, calls=4, seed=4, launcher="torchrun")
+    res = inject(fault, n, victim=1, at=1, calls=4, seed=4, launcher="torchrun")
     assert judge(res)["ok"], (res["ranks"], res["log"])
     assert not res["hung"] and res["left"] == 0, res["log"]
     for rep in res["ranks"]:
-        if rep["rank"] != 1 and rep["error"] is not None:        # qccl's error came before torchrun's SIGTERM
+        if fault == "mismatch":         # every rank's own check refuses it, and the calls after it are right
+            assert rep["error"].startswith("InvalidUsage") and "mismatched" in rep["error"], rep
+            assert rep["recovered"], rep
+        elif rep["rank"] != 1 and rep["error"] is not None:        # qccl's error came before torchrun's SIGTERM
             assert rep["error"].startswith("RemoteError") and "rank 1" in rep["error"], rep
             assert rep["delay"] <= bound("kill", rep["rank"], 1)
 
