@@ -218,3 +218,53 @@ def test_barrier_expansion_parks_stores_restores_and_dispatches():
     program = allocate("k", fuse(out), True)
     assert len(program.barrier_exits) == 2
     assert all(program.blocks[i].branch == "always" for i in program.barrier_exits)
+
+
+# A loop with two backward branches to its start (a `continue`, then the loop's own latch), as nvcc writes loops with
+# continue or a nested loop's exit: out[t] = sum of the odd j in 1 .. 2t+2 = (t+1)^2, a count that differs by lane.
+TWO_LATCHES = """
+.version 8.0
+.target sm_52
+.address_size 64
+.visible .entry odd_sum(.param .u64 out) {
+  .reg .b32 %r<6>; .reg .b64 %rd<4>; .reg .pred %p<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, 0;
+  mov.u32 %r3, 0;
+  shl.b32 %r5, %r1, 1;
+  add.s32 %r5, %r5, 3;
+$L_head:
+  add.s32 %r3, %r3, 1;
+  setp.ge.u32 %p3, %r3, %r5;
+  @%p3 bra $L_done;
+  and.b32 %r4, %r3, 1;
+  setp.eq.s32 %p1, %r4, 0;
+  @%p1 bra $L_head;
+  add.s32 %r2, %r2, %r3;
+  bra.uni $L_head;
+$L_done:
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r2;
+  ret;
+}
+"""
+
+
+def test_a_loop_with_two_latches_gets_one_and_runs_as_written():
+    from qwengpu.lowering.cfg import merge_latches
+    from qwengpu.ptx import Instruction, Label
+    kernel = parse(TWO_LATCHES).kernels["odd_sum"]
+    merged = merge_latches(kernel)
+    assert merged is not kernel and len(kernel.body) < len(merged.body)
+    backward = [(i, x.operands[0].name) for i, x in enumerate(merged.body)
+                if isinstance(x, Instruction) and x.base == "bra"
+                and any(isinstance(y, Label) and y.name == x.operands[0].name for y in merged.body[:i])]
+    assert [name for _, name in backward] == ["$L_head"], "one backward branch is left, from the new latch"
+    assert merge_latches(merged) is merged
+    for threads in (4, 8):
+        dev = Device()
+        dev.launch(dev.load_kernel(TWO_LATCHES, "odd_sum"), threads, [0])
+        want = [sum(j for j in range(1, 2 * t + 3) if j % 2) for t in range(threads)]     # the loop, run in Python
+        assert dev.read(0, threads).tolist() == want

@@ -28,7 +28,7 @@ from __future__ import annotations
 from .. import isa
 from ..isa import MachineError
 from .barriers import expand, state_slots
-from .cfg import basic_blocks
+from .cfg import basic_blocks, merge_latches
 from .emit import Emitter
 from .fuse import fuse
 from .mop import Program
@@ -107,6 +107,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     (``Program.reserved``; qwengpu.lowering.barriers)."""
     shared_words, symbols = shared_layout(kernel)
     context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols)
+    kernel = merge_latches(kernel)
     cfg = basic_blocks(kernel)
     states = propagate(kernel, cfg, context)
     emitter = Emitter(kernel, cfg, states, context)
