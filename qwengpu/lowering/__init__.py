@@ -2,7 +2,8 @@
 
 The stages, one module each, run in this order:
 
-1. ``cfg.basic_blocks``          split the body at labels and branches.
+1. ``cfg.merge_latches``         one latch per loop (several backward branches to a loop's start go to one new one);
+   ``cfg.basic_blocks``          split the body at labels and branches.
 2. ``propagate.propagate``       constants and thread-index affine values through the control-flow graph, with
                                  ``transfer.step``: the one transfer function per instruction every stage uses.
 3. ``emit.Emitter``              the executable blocks in program order as machine ops (``mop.MOp``) under lane
