@@ -46,6 +46,9 @@ ROUNDING = 2.0 ** -8                    # bf16's unit roundoff: each rounded op 
 SLACK = 1.25                            # on the base's bound: the bf16 roundings inside a layer (a few ops of 2^-8)
 MARGIN = 1.05                           # the right token's score must beat every other by 5 %, far above rounding
 MAX_AMPLITUDE = 2.0 ** 60               # the base's norms square the residual in fp32 (max 2^128)
+GATE_TAU = 2.0 ** -10                   # a base row's reading on the gate, relative to its rms, is at least this
+ROWS = 16384                            # embedding rows at a time (the 2B's are 248,320 x 2048)
+SILU_ZERO = 128.0                       # silu(x) is exactly -0 in fp32 for x <= -89 (exp(-x) overflows to inf)
 
 
 @dataclass
@@ -59,6 +62,17 @@ class Margin:
     base_row_l1: float          # max sum_d |E_b,d g_d| of a base output row
     gpu_ratio: float            # lower bound of s_right / s_other for another GPU token
     base_ratio: float           # lower bound of s_right / |s_base| for a base token
+
+
+@dataclass
+class Gate:
+    """The gate that makes the compiled layers inert on the base's tokens (README: "Base text")."""
+    dims: list              # residual dimensions no GPU token holds and no compiled layer writes: the gate reads them
+    scale: float            # G: every compiled MLP unit and GDN output gate reads -G times the gate direction
+    bound: float            # max |gate or z pre-activation| the circuit's own weights can produce, any input
+    rows_moved: int         # base embedding rows moved (on the gate's dimensions only) to read at least TAU
+    rows: int
+    largest_move: float     # the largest L2 move of a row, relative to its rms
 
 
 # -- the base ------------------------------------------------------------------------------------------------------
@@ -201,7 +215,8 @@ def choose_margin(base_bound: float, compiled_bound: float, hot: float, l1: floa
 
 # -- the merge -----------------------------------------------------------------------------------------------------
 def merge(base_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16", width=None) -> Margin:
-    """Write the merged checkpoint to ``out_dir``; returns the margin numbers (also in qwengpu_vocab.json)."""
+    """Write the merged checkpoint to ``out_dir``; returns the margin numbers (also in qwengpu_vocab.json, beside
+    the gate's)."""
     import torch
     from safetensors.torch import save_file
 
@@ -240,6 +255,10 @@ def merge(base_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16", wi
                            f"erases output slot {small[0]} of the GPU (1 + w must not be 0)")
     compiled_bound = float(np.abs(circuit.residual.vector({})).max())
     margin = choose_margin(float(bound.max()), compiled_bound, *base_rows(base_head, gains, out_dims))
+    compiled_state = state_dict(circuit, dtype)
+    bridge_state = bridge_layer(bridge, out_dims, margin.amplitude, width)
+    gpu_embed = compiled_state.pop("model.embed_tokens.weight")
+    embed, gated = gate(base_embed.to(target), gpu_embed, {**compiled_state, **bridge_state}, compiled_layers + 1)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob("model*.safetensors*"):
@@ -255,14 +274,13 @@ def merge(base_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16", wi
             weight_map[key] = name
             total += value.numel() * value.element_size()
 
-    # Compiled layers, as the compiler's state dict gives them (GPU-only vocabulary rows dropped: rebuilt below).
-    compiled_state = state_dict(circuit, dtype)
-    gpu_embed = compiled_state.pop("model.embed_tokens.weight")
+    # Compiled layers, as the compiler's state dict gives them but for the gate's columns (GPU-only vocabulary rows
+    # dropped: rebuilt below).
     for name in ("lm_head.weight", "model.norm.weight"):
         compiled_state.pop(name)
     shard("model-compiled.safetensors", compiled_state)
     del compiled_state
-    shard("model-bridge.safetensors", bridge_layer(bridge, out_dims, margin.amplitude, width))
+    shard("model-bridge.safetensors", bridge_state)
     for index in range(base_layers):
         tensors = {f"model.layers.{bridge + 1 + index}.{name}": value
                    for name, value in weights.layer(index).items()}
@@ -273,7 +291,7 @@ def merge(base_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16", wi
     if float(gpu_head.abs().max()) > torch.finfo(target).max:
         raise MachineError("a GPU output row overflows the dtype: the base's final norm weight is too close to -1")
     shard("model-vocab.safetensors", {
-        "model.embed_tokens.weight": torch.cat([base_embed.to(target), gpu_embed.to(target)]),
+        "model.embed_tokens.weight": torch.cat([embed, gpu_embed.to(target)]),
         "lm_head.weight": torch.cat([base_head.to(target), gpu_head.to(target)]),
         "model.norm.weight": weights["model.norm.weight"]})
     (out_dir / "model.safetensors.index.json").write_text(json.dumps(
@@ -286,13 +304,77 @@ def merge(base_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16", wi
     description.update({"offset": offset, "vocab_size": offset + T.VOCAB_SIZE, "gpu_vocab_size": T.VOCAB_SIZE,
                         "compiled_layers": compiled_layers, "bridge_layer": bridge,
                         "base_layers": list(range(bridge + 1, bridge + 1 + base_layers)),
-                        "base": str(base_dir), "margin": asdict(margin)})
+                        "base": str(base_dir), "margin": asdict(margin), "gate": asdict(gated)})
     (out_dir / VOCAB_FILE).write_text(json.dumps(description, indent=1))
     for item in base_dir.iterdir():        # the tokenizer and generation files: the base's tokens keep their ids
         if item.is_file() and item.name != "config.json" and not item.name.startswith("model") and \
                 item.suffix in (".json", ".txt", ".model", ".jinja"):
             shutil.copy2(item, out_dir / item.name)
     return margin
+
+
+def gate(base_embed, gpu_embed, state: dict, layers: int):
+    """Make the compiled layers and the bridge add exactly 0 at a base token's position; returns the base's input
+    embedding rows (moved where needed) and the Gate. ``state`` (the compiled layers' and the bridge's tensors) is
+    edited in place: only the gate's columns of the MLP gates and the GDN output gates change.
+
+    The gate reads the dimensions D that every GPU embedding row leaves 0 and no compiled layer writes, so at a GPU
+    token's position they are 0 in every compiled layer's input and the gate's columns add exact zeros: the GPU's
+    tokens are untouched. At a base token's position the residual is the base row e (the layers before added 0), and
+    every gate row reads g = (circuit's own terms) - G c.x_n over D, with x_n = e / rms(e) and c a unit direction:
+    the circuit's terms are at most B = max ||row||_1 sqrt(d) whatever e holds, so G c.e >= (B + SILU_ZERO) rms(e)
+    puts every pre-activation at or below -SILU_ZERO, where silu is exactly -0: each unit and each GDN head
+    outputs 0 and the residual stays e. c is the mean direction of the base's rows on D (a trained model's
+    embeddings share one); a row that reads less than TAU rms(e) on c, plus what bf16's rounding of x_n can take
+    (2^-7 ||e_D||), is moved along c on D by the least that makes it read that (its other dimensions are kept)."""
+    import torch
+    hidden = gpu_embed.shape[1]
+    writes = torch.zeros(hidden, dtype=torch.bool)
+    writes |= gpu_embed.abs().sum(dim=0) != 0
+    readers = []
+    for index in range(layers):
+        p = f"model.layers.{index}."
+        for name in ("linear_attn.out_proj.weight", "mlp.down_proj.weight"):
+            writes |= state[p + name].abs().sum(dim=1) != 0
+        for name in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            if bool((state[p + name] != 0).any()):
+                raise MachineError(f"{p + name}: the gate needs the compiled layers' norms at gain 1")
+        readers += [p + "mlp.gate_proj.weight", p + "linear_attn.in_proj_z.weight"]
+    dims = [d for d in range(hidden) if not writes[d]]
+    if not dims:
+        raise MachineError("every residual dimension holds a GPU value: the gate has none to read")
+    bound = max(float(state[name].double().abs().sum(dim=1).max()) for name in readers) * math.sqrt(hidden) * (1 + 2.0 ** -7)   # x_n's bf16 rounding
+    scale = 2.0 ** math.ceil(math.log2((bound + SILU_ZERO) / GATE_TAU))
+    direction = torch.zeros(len(dims), dtype=torch.float64)
+    for start in range(0, base_embed.shape[0], ROWS):
+        direction += base_embed[start:start + ROWS, dims].double().sum(dim=0)
+    if float(direction.norm()) == 0.0:
+        direction = torch.ones(len(dims), dtype=torch.float64)
+    weights = (scale * direction / direction.norm()).to(base_embed.dtype)          # the gate's columns, as stored
+    c = weights.double() / scale
+
+    def reads(rows):
+        """(what each row reads on the gate, what it must read: TAU rms plus bf16's rounding of x_n, its rms)"""
+        rms = rows.pow(2).mean(dim=1).sqrt()
+        return rows[:, dims] @ c, GATE_TAU * rms + 2.0 ** -7 * rows[:, dims].norm(dim=1) * c.norm(), rms
+
+    moved, count, largest = base_embed.clone(), 0, 0.0
+    for start in range(0, base_embed.shape[0], ROWS):
+        e = base_embed[start:start + ROWS].double()
+        got, need, rms = reads(e)
+        short = (1.5 * need - got).clamp(min=0)
+        block = e.clone()
+        block[:, dims] += short[:, None] * c / c.dot(c)
+        moved[start:start + ROWS] = block.to(base_embed.dtype)
+        got, need, _ = reads(moved[start:start + ROWS].double())
+        if bool((got < need).any()):
+            row = start + int((got < need).nonzero()[0])
+            raise MachineError(f"base embedding row {row} reads too little on the gate after rounding")
+        count += int((short > 0).sum())
+        largest = max(largest, float(((moved[start:start + ROWS].double() - e).norm(dim=1) / rms).max()))
+    for name in readers:
+        state[name][:, dims] = -weights.to(state[name].dtype)
+    return moved, Gate(dims, scale, bound, count, int(base_embed.shape[0]), largest)
 
 
 def bridge_layer(index: int, out_dims, amplitude: float, width) -> dict:
@@ -332,11 +414,13 @@ def merged_config(text: dict, compiled_layers: int, offset: int, dtype: str) -> 
 
 
 def random_base(directory: str | Path, layer_types=("linear_attention", "full_attention"), vocab_size: int = 1024,
-                scale: float = 1.0, seed: int = 0, **fields) -> Path:
+                scale: float = 1.0, seed: int = 0, embedding_mean: float = 0.0, **fields) -> Path:
     """A random Qwen3.5 text checkpoint at Qwen3.5-2B's widths (tied embeddings, transformers' own initialisation),
     saved with save_pretrained: the stand-in for a real base in tests and benchmarks (no weights are downloaded).
     ``scale`` multiplies every layer's output projections (out_proj, o_proj, down_proj): a base with large
-    activations. ``fields`` override config fields (the 2B's full config: see qccl_bench.merge_full).
+    activations. ``embedding_mean`` is added to every embedding entry: rows that share a direction, as a trained
+    model's do (transformers draws them around 0). ``fields`` override config fields (the 2B's full config: see
+    qccl_bench.merge_full).
 
         random_base("/tmp/base", scale=2.0 ** 12)
     """
@@ -365,6 +449,7 @@ def random_base(directory: str | Path, layer_types=("linear_attention", "full_at
             for norm in (layer.input_layernorm, layer.post_attention_layernorm):
                 norm.weight.normal_(0.0, 0.1)
         model.model.norm.weight.normal_(0.0, 0.1)
+        model.model.embed_tokens.weight.add_(embedding_mean)
     model.save_pretrained(directory)
     return Path(directory)
 

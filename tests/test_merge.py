@@ -19,6 +19,7 @@ from qwengpu.circuit.verify import verify_chunked
 from qwengpu.merge import VOCAB_FILE, main, merge, random_base
 
 LARGE = 2.0 ** 12           # the large-activation base: every output projection scaled by this
+MEAN = 0.02                 # the CI base's embedding rows share a direction (transformers' init spread is 0.02)
 
 
 def short_stream():
@@ -39,9 +40,18 @@ def stream():
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory):
     root = tmp_path_factory.mktemp("merge")
-    base = random_base(root / "base")
+    base = random_base(root / "base", embedding_mean=MEAN)
     main([str(base), str(root / "merged")])          # the command line
     return base, root / "merged"
+
+
+@pytest.fixture(scope="module")
+def loaded(merged):
+    """The base and the merged checkpoint through from_pretrained, in bf16."""
+    base = AutoModelForCausalLM.from_pretrained(merged[0], dtype=torch.bfloat16).eval()
+    model = AutoModelForCausalLM.from_pretrained(merged[1], dtype=torch.bfloat16).eval()
+    yield base, model
+    del base, model
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +78,11 @@ def test_refuses_a_base_whose_widths_do_not_match(tmp_path):
     assert not (tmp_path / "out").exists()          # refused before anything is written
 
 
-def test_merged_checkpoint_loads_with_the_base_layers_behind_the_compiled_ones(merged):
+def test_merged_checkpoint_loads_with_the_base_layers_behind_the_compiled_ones(merged, loaded):
     base_dir, out = merged
     description = json.loads((out / VOCAB_FILE).read_text())
     assert VOCAB_FILE == circuit_model.VOCAB_FILE
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16)
-    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+    base, model = loaded
     assert isinstance(model, Qwen3_5ForCausalLM)
     compiled = description["compiled_layers"]
     assert description["offset"] == base.config.vocab_size
@@ -90,6 +99,31 @@ def test_merged_checkpoint_loads_with_the_base_layers_behind_the_compiled_ones(m
     assert torch.equal(mine["model.embed_tokens.weight"][:offset], theirs["model.embed_tokens.weight"])
     assert torch.equal(mine["lm_head.weight"][:offset], theirs["model.embed_tokens.weight"])   # the base's tied head
     assert torch.equal(mine["model.norm.weight"], theirs["model.norm.weight"])
+    assert description["gate"]["rows_moved"] == 0 and len(description["gate"]["dims"]) > 0   # rows share a direction
+
+
+def base_text(vocab: int, positions: int, seed: int):
+    return torch.randint(0, vocab, (1, positions), generator=torch.Generator().manual_seed(seed))
+
+
+def test_base_text_passes_the_compiled_layers_untouched(merged, loaded):
+    """The gate: at a base token's position every compiled unit and GDN head (and the bridge) adds exactly 0, so the
+    base's first layer sees its own embedding row and the merged model computes the base's hidden states bit for bit;
+    greedy continuations over the base's vocabulary are the base's."""
+    base, model = loaded
+    description = json.loads((merged[1] / VOCAB_FILE).read_text())
+    offset, first = description["offset"], description["base_layers"][0]
+    ids = base_text(offset, 24, seed=3)
+    with torch.no_grad():
+        mine = model(input_ids=ids, output_hidden_states=True)
+        theirs = base(input_ids=ids, output_hidden_states=True)
+        assert torch.equal(mine.hidden_states[first], theirs.hidden_states[0])
+        assert torch.equal(mine.hidden_states[-1], theirs.hidden_states[-1])
+        x = y = ids
+        for _ in range(6):
+            x = torch.cat([x, base(input_ids=x).logits[:, -1:].argmax(-1)], 1)
+            y = torch.cat([y, model(input_ids=y).logits[:, -1:, :offset].argmax(-1)], 1)
+    assert torch.equal(x, y)
 
 
 def test_merged_device_decodes_the_interpreters_tokens(merged):
@@ -139,3 +173,23 @@ def test_a_base_token_argmax_is_a_machine_error(merged_backend):
     with pytest.raises(MachineError, match="vocabulary id 5, not one of the GPU's tokens"):
         backend.predict()
 
+
+
+def test_rows_that_read_too_little_on_the_gate_move_on_its_dimensions_only(merged_large):
+    """The large base's rows are drawn around 0 (no shared direction): the merge moves those that read too little on
+    the gate, on the gate's dimensions only, and the compiled layers still add exactly 0 at their positions."""
+    base_dir, out, _ = merged_large
+    description = json.loads((out / VOCAB_FILE).read_text())
+    gate, offset, first = description["gate"], description["offset"], description["base_layers"][0]
+    assert 0 < gate["rows_moved"] < gate["rows"] == offset
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16).model.embed_tokens.weight
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).eval()
+    rows = model.model.embed_tokens.weight[:offset]
+    moved = (rows != base).any(dim=1)
+    assert int(moved.sum()) == gate["rows_moved"]
+    others = torch.ones(rows.shape[1], dtype=torch.bool)
+    others[gate["dims"]] = False
+    assert torch.equal(rows[:, others], base[:, others])
+    ids = torch.cat([moved.nonzero()[:8, 0], (~moved).nonzero()[:8, 0]]).view(1, -1)
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids, output_hidden_states=True).hidden_states[first][0], rows[ids[0]])
