@@ -1,5 +1,6 @@
 """The merge at full size: a random base with Qwen3.5-2B's whole text config, merged, then the kernel suite on it.
-Not CI (a 2B-shaped base is 4.5 GB of bf16 weights; the merged model about 8 GB).
+Not CI (a 2B-shaped base is 4.5 GB of bf16 weights; the merged model about 8 GB; 8 minutes and a 20 GB peak on a
+2-core CPU).
 
     python -m qccl_bench.merge_full /tmp/full                  # base + merge + kernel suite (chunked verify) + text
     python -m qccl_bench.merge_full /tmp/full --base /models/Qwen3.5-2B      # a real checkpoint instead

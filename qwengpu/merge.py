@@ -3,7 +3,8 @@
 The merged model is an ordinary ``Qwen3_5ForCausalLM`` checkpoint (``AutoModelForCausalLM.from_pretrained`` loads
 it), its layers in this order:
 
-- the compiled layers (``qwengpu.circuit``), taken as the compiler builds them;
+- the compiled layers (``qwengpu.circuit``), taken as the compiler builds them, plus a gate that makes them add
+  exactly 0 at a base token's position (``gate``);
 - one bridge layer (a linear-attention layer whose mixer is zero): an MLP unit per output slot of the circuit adds
   ``amplitude`` to the slots the compiled layers raised (exact: gate 32 -> silu 32, up 1, down amplitude / 32);
 - the base's own layers, unchanged (linear and full attention as its ``layer_types`` say);
@@ -310,6 +311,13 @@ def merge(base_dir: str | Path, out_dir: str | Path, dtype: str = "bfloat16", wi
         if item.is_file() and item.name != "config.json" and not item.name.startswith("model") and \
                 item.suffix in (".json", ".txt", ".model", ".jinja"):
             shutil.copy2(item, out_dir / item.name)
+    # On base text the compiled layers are inert (the gate), but the GPU's output rows still score the base's final
+    # residual and can beat the base's tokens there: generate() leaves them out, as the base's tokenizer cannot
+    # decode them. The QwenGPU backends take their own argmax over the whole vocabulary and never read this file.
+    generation = out_dir / "generation_config.json"
+    settings = json.loads(generation.read_text()) if generation.exists() else {}
+    settings["suppress_tokens"] = list(range(offset, offset + T.VOCAB_SIZE))
+    generation.write_text(json.dumps(settings))
     return margin
 
 
