@@ -7,6 +7,7 @@ import functools
 import html
 import http.server
 import json
+import queue
 import re
 import shutil
 import subprocess
@@ -40,9 +41,19 @@ def server():
     thread.join(timeout=10)
 
 
+RESULTS: "queue.Queue[str]" = queue.Queue()       # what pages opened with ?post=1 send back
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
+
+    def do_POST(self):
+        """The page's test result (?post=1): kept for the test that waits for it in real time."""
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+        RESULTS.put(body)
+        self.send_response(204)
+        self.end_headers()
 
 
 def _chromium(args, timeout=240) -> str:
@@ -57,6 +68,27 @@ def _page_report(url: str, extra=()) -> tuple[dict, str]:
     m = re.search(r'<pre id="test-result"[^>]*data-done="1"[^>]*>(.*?)</pre>', dom, re.S)
     assert m, f"the page wrote no test result; DOM tail: {dom[-600:]}"
     return json.loads(html.unescape(m.group(1))), dom
+
+
+def _page_report_live(url: str, extra=(), timeout=240) -> dict:
+    """Open the page with ?post=1 in real time (no virtual time: WebGPU answers in real time, and the page's
+    deadlines are timers) and wait for the result it posts back; the browser is closed afterwards."""
+    while not RESULTS.empty():
+        RESULTS.get_nowait()
+    with tempfile.TemporaryDirectory() as profile:
+        browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *extra, url],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            return json.loads(RESULTS.get(timeout=timeout))
+        except queue.Empty:
+            pytest.fail(f"the page at {url} posted no result within {timeout} s")
+        finally:
+            browser.terminate()
+            try:
+                browser.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                browser.kill()
+                browser.wait()
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +120,8 @@ def test_javascript_path_equals_the_replay(server, model):
 
 
 def test_webgpu_path_equals_the_replay(server, model):
-    report, _ = _page_report(f"{server}/index.html?test=1", WEBGPU)
+    report = _page_report_live(f"{server}/index.html?test=1&post=1&deadline=120000", WEBGPU)
+    assert "error" not in report, report
     if not report["webgpu"]:
         pytest.skip(f"this headless Chromium offers no WebGPU device ({report['webgpu_absent']}); the page fell back "
                     "to JavaScript and said so")
