@@ -268,3 +268,109 @@ def test_a_loop_with_two_latches_gets_one_and_runs_as_written():
         dev.launch(dev.load_kernel(TWO_LATCHES, "odd_sum"), threads, [0])
         want = [sum(j for j in range(1, 2 * t + 3) if j % 2) for t in range(threads)]     # the loop, run in Python
         assert dev.read(0, threads).tolist() == want
+
+
+# nvcc's shape (from fuzz program 208 of seed 2026, trimmed): the block every path ends in (the store) is placed
+# before the loop that reaches it, so three branches go back to it without being a loop, and they overlapped the
+# real loop ("loops overlap without nesting").
+EXIT_FIRST = HEADER + """
+.visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1, .param .u32 k_param_2)
+{
+  .reg .pred %p<8>; .reg .b32 %r<40>; .reg .b64 %rd<20>;
+  ld.param.u64 %rd2, [k_param_0];
+  ld.param.u64 %rd3, [k_param_1];
+  ld.param.u32 %r10, [k_param_2];
+  cvta.to.global.u64 %rd1, %rd3;
+  mov.u32 %r1, %tid.x;
+  and.b32 %r12, %r1, 1;
+  setp.ne.s32 %p1, %r12, 0;
+  mov.u32 %r37, %r1;
+  @%p1 bra $L__BB0_6;
+  bra.uni $L__BB0_1;
+$L__BB0_6:
+  cvta.to.global.u64 %rd15, %rd2;
+  mul.wide.u32 %rd16, %r1, 4;
+  add.s64 %rd17, %rd15, %rd16;
+  mov.u32 %r32, 93;
+  sub.s32 %r33, %r32, %r37;
+  st.global.u32 [%rd17], %r33;
+  ret;
+$L__BB0_1:
+  add.s32 %r14, %r1, 1;
+  and.b32 %r13, %r14, 7;
+  mul.wide.u32 %rd4, %r13, 4;
+  add.s64 %rd6, %rd1, %rd4;
+  ld.global.u32 %r15, [%rd6];
+  and.b32 %r35, %r15, 7;
+  setp.eq.s32 %p2, %r35, 0;
+  mov.u32 %r37, %r1;
+  @%p2 bra $L__BB0_6;
+  and.b32 %r19, %r10, 5;
+  setp.eq.s32 %p3, %r19, 4;
+  @%p3 bra $L__BB0_5;
+  bra.uni $L__BB0_3;
+$L__BB0_5:
+  and.b32 %r25, %r1, 7;
+  mul.wide.u32 %rd12, %r25, 4;
+  add.s64 %rd14, %rd1, %rd12;
+  ld.global.u32 %r26, [%rd14];
+  mad.lo.s32 %r37, %r1, 3, %r26;
+  bra.uni $L__BB0_6;
+$L__BB0_3:
+  mov.u32 %r37, %r1;
+$L__BB0_4:
+  and.b32 %r20, %r37, 7;
+  mul.wide.u32 %rd9, %r20, 4;
+  add.s64 %rd11, %rd1, %rd9;
+  ld.global.u32 %r21, [%rd11];
+  mad.lo.s32 %r37, %r37, 3, %r21;
+  add.s32 %r35, %r35, -1;
+  setp.eq.s32 %p6, %r35, 0;
+  @%p6 bra $L__BB0_6;
+  bra.uni $L__BB0_4;
+}
+"""
+
+
+def _exit_first_in_python(tid: int, x: list[int], s0: int) -> int:
+    """The PTX above, read as C."""
+    v = tid
+    if not tid & 1:
+        j = x[(tid + 1) & 7] & 7
+        if j:
+            if s0 & 5 == 4:
+                v = (tid * 3 + x[tid & 7]) & 0xFFFFFFFF
+            else:
+                while j:
+                    v = (v * 3 + x[v & 7]) & 0xFFFFFFFF
+                    j -= 1
+    return (93 - v) & 0xFFFFFFFF
+
+
+def test_layout_puts_a_shared_exit_after_the_loop_that_reaches_it():
+    from qwengpu.lowering.cfg import layout
+    from qwengpu.ptx import Instruction, Label
+    k = parse(EXIT_FIRST).kernels["k"]
+    laid = layout(k)
+    assert laid is not k
+    at = {x.name: i for i, x in enumerate(laid.body) if isinstance(x, Label)}
+    backward = [x.operands[0].name for i, x in enumerate(laid.body)
+                if isinstance(x, Instruction) and x.base == "bra" and at[x.operands[0].name] < i]
+    assert backward == ["$L__BB0_4"], "the loop's latch is the only branch back"
+    assert layout(laid) is laid, "a body in order is kept"
+    rng = np.random.default_rng(5)
+    for s0 in (0, 4, 12):
+        for threads in (4, 6):
+            x = [int(v) for v in rng.integers(0, 1 << 31, 8)]
+            x[1], x[3] = 5, 7                  # lanes 0 and 2 loop 5 and 7 times (their j), lane 4 zero times
+            dev = Device()
+            dev.write(16, np.array(x, dtype=np.int64))
+            dev.launch(dev.load_kernel(EXIT_FIRST, "k"), threads, [0, 16, s0])
+            want = [_exit_first_in_python(t, x, s0) for t in range(threads)]
+            assert (dev.read(0, threads).astype(np.int64) & 0xFFFFFFFF).tolist() == want, (s0, threads)
+
+
+def test_layout_keeps_a_body_already_in_order():
+    from qwengpu.lowering.cfg import layout
+    k = kernel(LOOP)
+    assert layout(k) is k

@@ -2,7 +2,10 @@
 
 The stages, one module each, run in this order:
 
-1. ``cfg.merge_latches``         one latch per loop (several backward branches to a loop's start go to one new one);
+1. ``cfg.layout``                blocks in an order the emitter walks: each loop's blocks together, every other
+                                 branch forward (nvcc's bodies that place a shared exit before a loop, or interleave
+                                 loops, are reordered; bodies already in order are kept as they are);
+   ``cfg.merge_latches``         one latch per loop (several backward branches to a loop's start go to one new one);
    ``cfg.basic_blocks``          split the body at labels and branches.
 2. ``propagate.propagate``       constants and thread-index affine values through the control-flow graph, with
                                  ``transfer.step``: the one transfer function per instruction every stage uses.
@@ -29,7 +32,7 @@ from __future__ import annotations
 from .. import isa
 from ..isa import MachineError
 from .barriers import expand, state_slots
-from .cfg import basic_blocks, merge_latches
+from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
 from .fuse import fuse
 from .mop import Program
@@ -108,7 +111,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     (``Program.reserved``; qwengpu.lowering.barriers)."""
     shared_words, symbols = shared_layout(kernel)
     context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols)
-    kernel = merge_latches(kernel)
+    kernel = merge_latches(layout(kernel))
     cfg = basic_blocks(kernel)
     states = propagate(kernel, cfg, context)
     emitter = Emitter(kernel, cfg, states, context)
