@@ -159,3 +159,86 @@ def test_a_join_block_placed_after_the_return_is_reached():
     with tempfile.TemporaryDirectory() as d:
         (expect,) = c_reference([case], d)
     assert run_machine(case) == expect
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("s0", [0, 7, -5, 2**31 - 1])
+def test_64_bit_compare_of_a_quotient_bit_is_a_word_compare(s0):
+    """Found by the fuzzer (refused before): NVRTC tests ``(u / 6u) & 1u`` as ``shr.u64 %rd, %rd, 34; and.b64 %rd,
+    %rd, 1; setp.eq.b64 %p, %rd, 1``; the and leaves the high word zero, so the compare is one of the low words."""
+    src = ('extern "C" __global__ void k(int *out, const int *x, int s0) { unsigned t = threadIdx.x; '
+           'unsigned v = t * 7u; if ((((unsigned)x[t] - (unsigned)s0) / 6u) & 1u) v = (unsigned)x[t]; '
+           'out[t] = (int)v; }')
+    x = np.array([5, 6, 12, 19, -1, -7, 2**31 - 1, -2**31], dtype=np.int64)
+    t = np.arange(8, dtype=np.uint64)
+    u = (x.astype(np.uint64) - np.uint64(s0 & 0xFFFFFFFF)) & np.uint64(0xFFFFFFFF)
+    want = np.where((u // np.uint64(6)) & np.uint64(1), x.astype(np.uint64) & np.uint64(0xFFFFFFFF), t * np.uint64(7))
+    got = run(src, 8, [0, 16, s0], {16: x.tolist()}, (0, 8))
+    np.testing.assert_array_equal(got.astype(np.int64) & 0xFFFFFFFF, want.astype(np.int64))
+
+
+BYTE_INDEX_CU = r"""
+extern "C" __global__ void loads(int *out, int *x) {
+  unsigned t = threadIdx.x;
+  const unsigned char *b = (const unsigned char *)x;
+  const short *h = (const short *)x;
+  out[t] = b[(unsigned)x[t] & 15u] + 1000 * (int)h[((unsigned)x[t] >> 4) & 7u];
+}
+extern "C" __global__ void bytes(int *out, int *x) {
+  unsigned t = threadIdx.x;
+  unsigned char *o2 = (unsigned char *)(out + 4);
+  o2[t * 2u + (((unsigned)x[t] >> 8) & 1u)] = (unsigned char)(t + 7u + (unsigned)x[t]);
+}
+extern "C" __global__ void halves(int *out, int *x) {
+  unsigned t = threadIdx.x;
+  short *o3 = (short *)(out + 8);
+  o3[t + (((unsigned)x[t] >> 9) & 1u) * 4u] = (short)((unsigned)x[t] >> 3);
+}
+"""
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("name", ["loads", "bytes", "halves"])
+def test_char_and_short_at_an_index_the_machine_computes(name, seed):
+    """Refused before ("a byte offset of 1 x a machine value is not a whole number of words"): bytes and halfwords
+    loaded and stored at byte offsets computed at run time (``cvt.u64.u32`` of a masked index, ``mul.wide`` by 2,
+    an ``and.b64`` with 14). The reference is numpy on the same memory viewed as little-endian bytes."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**31, 2**31, 4)
+    out = rng.integers(-2**31, 2**31, 12)
+    xb = x.astype("<i4").view(np.uint8)
+    xh = x.astype("<i4").view("<i2")
+    want = out.astype("<i4").copy()
+    wb = want.view(np.uint8)
+    wh = want.view("<i2")
+    xu = x.astype(np.int64) & 0xFFFFFFFF
+    for t in range(4):
+        if name == "loads":
+            want[t] = int(xb[xu[t] & 15]) + 1000 * int(xh[(xu[t] >> 4) & 7])
+        elif name == "bytes":
+            wb[16 + t * 2 + ((xu[t] >> 8) & 1)] = (t + 7 + xu[t]) & 0xFF
+        else:
+            wh[16 + t + ((xu[t] >> 9) & 1) * 4] = np.uint16((xu[t] >> 3) & 0xFFFF).view(np.int16)
+    dev = Device()
+    dev.write(0, out)
+    dev.write(32, x)
+    dev.launch(dev.load_kernel(BYTE_INDEX_CU, name), threads=4, args=[0, 32])
+    got = dev.read(0, 12)
+    np.testing.assert_array_equal(got.astype(np.int64) & 0xFFFFFFFF, want.astype(np.int64) & 0xFFFFFFFF)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("s0", [0, 1, 2, 3, 5, 6])
+def test_byte_offset_from_an_argument_added_to_a_computed_index(s0):
+    """A byte offset known at launch (``s0``, possibly odd) added to a word index the machine computes."""
+    src = ('extern "C" __global__ void k(int *out, int *x, int s0) { unsigned t = threadIdx.x; '
+           'const unsigned char *b = (const unsigned char *)x; '
+           'out[t] = b[((unsigned)x[t] & 3u) * 4u + (unsigned)s0] - 7 * (int)((const short *)x)[(t + s0) & 7u]; }')
+    x = np.array([0x01020304, -0x0A0B0C0D, 0x7F6E5D4C, 0x11223347, -5, 0x00FF00FF, 0x12345678, -0x789ABCDF],
+                 dtype=np.int64)
+    xb = x.astype("<i4").view(np.uint8)
+    xh = x.astype("<i4").view("<i2")
+    want = [int(xb[(int(x[t]) & 3) * 4 + s0]) - 7 * int(xh[(t + s0) & 7]) for t in range(4)]
+    got = run(src, 4, [0, 32, s0], {32: x.tolist()}, (0, 4))
+    np.testing.assert_array_equal(got, want)

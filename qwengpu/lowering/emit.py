@@ -70,6 +70,7 @@ class Emitter:
                 self.definitions.setdefault(destination(inst), []).append(inst)
         self.dynamic = self._dynamic_registers()
         self.used = self._source_registers()
+        self.bytes = self._byte_registers()
         self.pred = TRUE
         self.inst: Instruction | None = None
 
@@ -95,6 +96,70 @@ class Emitter:
                 if isinstance(reg, Reg) and reg.name not in SPECIAL and state.get(reg.name) == DYNAMIC:
                     dynamic.add(reg.name)
         return dynamic
+
+    def _byte_registers(self) -> set[str]:
+        """Address registers the machine keeps in bytes rather than words: those some definition makes from a value
+        not known to be a multiple of 4 (``x[(v >> 22) & 7]`` written as a byte offset ``cvt.u64.u32 %rd, %r``
+        and an ``and.b64`` with 28), and what they feed. An ``and`` with a multiple of 4 makes words again. Every
+        other address register stays in words, so kernels whose addresses are whole words lower as before."""
+        definitions = []            # (dst, a byte-making source value?, address registers it reads, word-making and?)
+        for inst, state, read in self._walk():
+            dst = destination(inst)
+            if dst not in self.addresses or dst not in self.dynamic or guard_value(inst, read) == Const(0):
+                continue
+            value = evaluate(inst, read, self.context)
+            if value is None or inst.base == "ld":
+                continue
+            if value != DYNAMIC:
+                definitions.append((dst, not self._whole_words(value), (), False))
+                continue
+            base, ops = inst.base, inst.operands
+            if base in ("mov", "cvta", "add", "sub", "and", "or", "xor", "selp"):
+                operands = ops[1:3] if base == "selp" else ops[1:]
+                values = [read(o) for o in operands]
+                unaligned = any(isinstance(v, (Const, Affine)) and not self._whole_words(v) for v in values)
+                regs = tuple(o.name for o, v in zip(operands, values) if isinstance(o, Reg) and v == DYNAMIC
+                             and o.name in self.addresses)
+                words_again = base == "and" and any(isinstance(v, Const) and v.value % 4 == 0 for v in values)
+                definitions.append((dst, unaligned and not words_again, regs, words_again))
+            elif base in ("mul", "shl", "cvt"):
+                definitions.append((dst, not self._scaled_to_words(inst, read), (), False))
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for dst, unaligned, regs, words_again in definitions:
+                if dst not in found and not words_again and (unaligned or any(r in found for r in regs)):
+                    found.add(dst)
+                    changed = True
+        return found
+
+    @staticmethod
+    def _whole_words(value) -> bool:
+        if isinstance(value, Const):
+            return value.value % 4 == 0
+        return isinstance(value, Affine) and value.coef % 4 == 0 and value.offset % 4 == 0
+
+    def _scaled_to_words(self, inst: Instruction, read) -> bool:
+        """Whether a mul / shl / cvt that makes a byte offset makes a whole number of words (the element size a
+        multiple of 4, or an index that is one)."""
+        ops = inst.operands
+        if inst.base == "cvt":
+            index, factor = ops[1], 1
+        elif inst.base == "shl":
+            amount = read(ops[2])
+            if not isinstance(amount, Const):
+                return True                 # refused where it is emitted
+            index, factor = ops[1], 1 << min(amount.value, 63)
+        else:
+            a, b = read(ops[1]), read(ops[2])
+            index, other = (ops[2], a) if isinstance(a, Const) else (ops[1], b)
+            if not isinstance(other, Const):
+                return True                 # refused where it is emitted
+            factor = to_signed(other.value, 64)
+        if factor % 4 == 0:
+            return True
+        return isinstance(index, Reg) and self._aligned(index.name)
 
     def _source_registers(self) -> set[str]:
         names = set()
@@ -221,6 +286,19 @@ class Emitter:
         raise MachineError(f"line {self.inst.line}: {operand} is used as an address but holds a plain value: "
                            f"{self.inst.text}")
 
+    def byte_operand(self, read, operand) -> tuple:
+        """An operand of address arithmetic kept in bytes (self.bytes): known values as they are, a word-kept
+        address register times 4."""
+        value = read(operand)
+        if isinstance(value, (Const, Affine)):
+            return self.value_operand(operand, value)
+        if isinstance(operand, Reg) and operand.name in self.bytes:
+            return (operand.name, 0)
+        if isinstance(operand, Reg) and operand.name in self.addresses:
+            return (self.op("shl", (operand.name, 0), (None, 2)), 0)
+        raise MachineError(f"line {self.inst.line}: {operand} is used as an address but holds a plain value: "
+                           f"{self.inst.text}")
+
     def address(self, read, mem: Mem) -> tuple[tuple, int | str]:
         """A memory operand as (word address operand, byte within the word); where the byte is known only to the
         machine, the second item is a register holding its bit shift (byte * 8)."""
@@ -247,6 +325,17 @@ class Emitter:
         if mem.base.name not in self.addresses:
             raise MachineError(f"line {inst.line}: {mem.base.name} is not an address the machine can use: "
                                f"{inst.text}")
+        if mem.base.name in self.bytes:
+            # A byte address computed at run time: the word is byte >> 2, the field's shift (byte & 3) * 8 (a
+            # 32-bit access is aligned, as on a GPU, so it needs no shift).
+            byte_address = (mem.base.name, mem.offset & MASK32)
+            if mem.offset:
+                byte_address = (self.op("a", byte_address), 0)
+            word = self.op("shr_u", byte_address, (None, 2))
+            if width(inst) >= 32:
+                return (word, 0), 0
+            low = self.op("and", byte_address, (None, 3))
+            return (word, 0), self.op("shl", (low, 0), (None, 3))
         return (mem.base.name, (mem.offset // 4) & MASK32), mem.offset % 4
 
     # -- emission --------------------------------------------------------------------------------------------------
@@ -701,7 +790,7 @@ class Emitter:
         base = inst.base
         if value_here != DYNAMIC:
             # Known here, but the register merges with another definition elsewhere: the machine holds it.
-            if dst in self.addresses:
+            if dst in self.addresses and dst not in self.bytes:
                 value_here = self.word_value(value_here, "address")
             self.op("a", self.value_operand(None, value_here), dst=dst)
             return
@@ -723,6 +812,10 @@ class Emitter:
         """Arithmetic whose result is an address or byte offset, computed in words."""
         inst = self.inst
         base, ops = inst.base, inst.operands
+        if dst in self.bytes or (base == "and" and any(isinstance(o, Reg) and o.name in self.bytes
+                                                       for o in ops[1:])):
+            self._byte_arithmetic(read, dst)
+            return
         if base in ("mov", "cvta"):
             self.op("a", self.word(read, ops[1]), dst=dst)
         elif base in ("add", "sub", "and", "or", "xor"):
@@ -771,6 +864,46 @@ class Emitter:
         else:
             raise unsupported(inst, "this instruction cannot compute an address")
 
+    def _byte_arithmetic(self, read, dst: str) -> None:
+        """Address arithmetic kept in bytes (dst in self.bytes), or an ``and`` with a multiple of 4 that takes a
+        byte-kept register back to words (the and in bytes, then >> 2)."""
+        inst = self.inst
+        base, ops = inst.base, inst.operands
+        if base in ("mov", "cvta"):
+            result = self.op("a", self.byte_operand(read, ops[1]), dst=dst if dst in self.bytes else None)
+        elif base in ("add", "sub", "and", "or", "xor"):
+            result = self.op(base, self.byte_operand(read, ops[1]), self.byte_operand(read, ops[2]),
+                             dst=dst if dst in self.bytes else None)
+        elif base == "selp":
+            self._select(read, dst, self.byte_operand(read, ops[1]), self.byte_operand(read, ops[2]), ops[3])
+            return
+        elif base == "cvt":
+            index = self.src(read, 0)
+            source_bits = bits_of(types(inst)[1]) or 32
+            if source_bits < 32:
+                index = (self.op("and", index, (None, (1 << source_bits) - 1)), 0)
+            self.op("a", index, dst=dst)
+            return
+        elif base == "shl":
+            amount = read(ops[2])
+            if not isinstance(amount, Const):
+                raise unsupported(inst, "an address shifted by a register")
+            self.op("shl", self.src(read, 0), (None, min(amount.value, 32)), dst=dst)
+            return
+        elif base == "mul":
+            a, b = read(ops[1]), read(ops[2])
+            index_op, factor = (ops[2], a) if isinstance(a, Const) else (ops[1], b)
+            if not isinstance(factor, Const):
+                raise unsupported(inst, "an address that is a product of two machine values")
+            if isinstance(index_op, Reg) and index_op.name in self.addresses:
+                raise unsupported(inst, "an address multiplied")
+            self.op("mul", self.value_operand(index_op, read(index_op)), (None, factor.value & MASK32), dst=dst)
+            return
+        else:
+            raise unsupported(inst, "this instruction cannot compute an address")
+        if dst not in self.bytes:
+            self.op("shr_u", (result, 0), (None, 2), dst=dst)
+
     def _extension(self, read, operand, seen: frozenset = frozenset()) -> str | None:
         """"u" when a 64-bit operand's value is a zero-extended 32-bit value, "s" when sign-extended, else None."""
         value = read(operand) if not seen else None
@@ -789,9 +922,32 @@ class Emitter:
                 kinds.add("s" if typed[1].startswith("s") else "u")
             elif inst.base == "mov" and isinstance(inst.operands[1], (Reg, Imm)):
                 kinds.add(self._extension(read, inst.operands[1], seen | {operand.name}))
+            elif self._below_2_32(inst, read, seen | {operand.name}):
+                kinds.add("u")      # a 64-bit result whose high word is zero (``(x >> 34) & 1``)
             else:
                 return None
         return kinds.pop() if len(kinds) == 1 else None
+
+    def _below_2_32(self, inst: Instruction, read, seen: frozenset) -> bool:
+        """Whether a 64-bit and / or / xor / shr / selp always leaves its high word zero: a right shift by 32 or
+        more, an and with a zero-extended word, or / xor / selp of zero-extended words."""
+        ops = [o for o in inst.operands[1:] if isinstance(o, (Reg, Imm))]
+        if inst.guard is not None or width(inst) != 64 or len(ops) < 2:
+            return False
+
+        def small(o) -> bool:
+            if isinstance(o, Imm):
+                return 0 <= o.value < (1 << 32)
+            return self._extension(read, o, seen) == "u"
+        if inst.base == "shr" and not signed(inst) and isinstance(ops[1], Imm):
+            return ops[1].value >= 32 or small(ops[0])
+        if inst.base == "and":
+            return small(ops[0]) or small(ops[1])
+        if inst.base in ("or", "xor"):
+            return small(ops[0]) and small(ops[1])
+        if inst.base == "selp":
+            return small(ops[0]) and small(ops[1])
+        return False
 
     def _aligned(self, register: str, seen: frozenset = frozenset()) -> bool:
         """Whether every definition of a plain register makes a multiple of 4 (so a byte offset held in it is a
