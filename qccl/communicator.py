@@ -406,6 +406,9 @@ class Communicator:
             raise InvalidArgument(f"{what}: dtype {name} is not supported by transport {self.transport.name} for "
                                   f"reductions (supported: {', '.join(self.transport.dtypes)}; the copy collectives "
                                   "move any dtype)")
+        check = getattr(self.transport, "check_reduction", None)     # a transport's own limits (dtype x op)
+        if check is not None:
+            check(name, op)
         return name
 
     def _root(self, root, what="root") -> int:

@@ -184,13 +184,19 @@ def _plan(comm, state, segment: list[Call]) -> list:
     send, recv = call.send, call.recv
     algo, chunk = parse_algo(s.algo)        # "ring", or "ring:4" when a tuner chose 4-word chunks
     if s.kind in ("allreduce", "reduce", "reduce_scatter"):
-        sch = Scheduler(heap, state, send.dtype, red_op(s.op), s.kind)
+        soft = bool(getattr(comm.transport, "soft_float", False))      # no floating point on its devices
+        sch = Scheduler(heap, state, send.dtype, red_op(s.op), s.kind, soft_float=soft)
+        count = s.count
+        if soft and send.dtype in (DataType.BFLOAT16, DataType.FLOAT16):      # fprim takes two elements a word
+            send = send.as_words(n if s.kind == "reduce_scatter" else 1)
+            recv = recv.as_words() if recv is not None else None
+            count = send.count // (n if s.kind == "reduce_scatter" else 1)
         if s.kind == "allreduce":
-            sch.allreduce(send, recv, s.count, algo, chunk)
+            sch.allreduce(send, recv, count, algo, chunk)
         elif s.kind == "reduce":
-            sch.reduce(send, recv, s.count, s.root, chunk)
+            sch.reduce(send, recv, count, s.root, chunk)
         else:
-            sch.reduce_scatter(send, recv, s.count, chunk)
+            sch.reduce_scatter(send, recv, count, chunk)
         return sch.ops
     sch = Scheduler(heap, state, DataType.INT32, RedOp.SUM, s.kind)
     if s.kind == "barrier":             # an allreduce of one word: every rank's kernel waits for every other's

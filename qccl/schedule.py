@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from . import steps as S
 from .buffers import Buffer
 from .heap import LANES, Channel, Heap
-from .transport import MCAST, PRIM, Launch, Read, Write
+from .errors import InvalidArgument
+from .transport import FPRIM, MCAST, PRIM, Launch, Read, Write
 from .types import DataType, RedOp
 
 # prim's mode bits (qccl/kernels/prim.cu)
@@ -29,6 +30,12 @@ RECV, SEND, LOCAL, SPLIT, COPY = 1, 2, 4, 8, 16
 OP_SHIFT, UNSIGNED, DIV, NOWAIT, POST = 5, 256, 512, 1024, 2048
 # mcast's mode bits (qccl/kernels/mcast.cu)
 MC_PRE_WAIT, MC_STORE, MC_POST, MC_WAIT = 1, 2, 4, 8
+
+# fprim's (qccl/kernels/fprim.cu): the format, the phase and the half of a soft-float reduce step
+FP_FORMATS = {DataType.FLOAT32: 0, DataType.BFLOAT16: 1, DataType.FLOAT16: 2}
+FP_OPS = (RedOp.SUM, RedOp.MAX, RedOp.MIN)
+FMT_SHIFT, PHASE_SHIFT, HI = 12, 14, 1 << 17
+FP_ALIGN, FP_ROUND, FP_SIGN, FP_FINAL, FP_MINMAX, FP_MERGE = range(6)
 
 _OP_BITS = {RedOp.SUM: 0, RedOp.PROD: 1, RedOp.MAX: 2, RedOp.MIN: 3, RedOp.AVG: 0,
             RedOp.BAND: 4, RedOp.BOR: 5, RedOp.BXOR: 6}
@@ -93,11 +100,14 @@ class Piece:
 class Scheduler:
     """Builds one rank's host ops for a sequence of calls (mutating ``state``, a clone the caller commits)."""
 
-    def __init__(self, heap: Heap, state: RankState, dtype=DataType.INT32, op: RedOp = RedOp.SUM, note: str = ""):
+    def __init__(self, heap: Heap, state: RankState, dtype=DataType.INT32, op: RedOp = RedOp.SUM, note: str = "",
+                 soft_float: bool = False):
         self.heap, self.state = heap, state
         self.rank, self.nranks = heap.rank, heap.nranks
         self.ops: list = []
         self.dtype, self.op, self.note = dtype, op, note
+        # a float reduction on devices without floating point: the reduce steps run fprim (see _fstep)
+        self.fmt = FP_FORMATS.get(dtype) if soft_float else None
 
     # -- building blocks ---------------------------------------------------------------------------------------------
     def _op_bits(self, final: bool) -> int:
@@ -120,6 +130,8 @@ class Scheduler:
 
         ``y``: the device stores the result there (e.g. a multicast window) instead of the staging words, and the
         host reads nothing."""
+        if reduce and self.fmt is not None:
+            return self._fstep(ch, send=send, local=local, out=out, note=note, y=y)
         k = (local or out).count
         stage = self.heap.staging
         if local is not None:
@@ -152,6 +164,40 @@ class Scheduler:
         if computed and out is not None and y is None:
             self.ops.append(Read(stage, out.buf, out.start, k))
         self._advance(ch, recv, send, rs, ss)
+
+    def _fstep(self, ch: Channel, *, send: bool, local: Piece, out: Piece | None, note: str, y: int | None) -> None:
+        """A reduce step of a float dtype on devices without floating point (qccl/kernels/fprim.cu): the combine is
+        several fprim launches (phases), each short enough for the ROM; the first waits for the flags, the last
+        stores the result (into the next rank's slot and/or locally); prim's POST launch posts the flags as in
+        :meth:`step`. The local input sits in the first half of the staging words, fprim's scratch words in the
+        second half (so a float chunk has at most half the staging words: :meth:`per`). bfloat16 / float16 buffers
+        arrive here as words (two elements each; fprim reduces the low halves, then the high halves)."""
+        k = local.count
+        stage = self.heap.staging
+        scratch = stage + self.heap.staging_words // 2
+        self.ops.append(Write(stage, local.buf, local.start, k))
+        rs, ss, flags = self._flags(ch, True, send)
+        store = y is not None or out is not None
+        mode = RECV | LOCAL | (SEND if send else 0) | (COPY if store else 0)
+        mode |= (_OP_BITS[self.op] << OP_SHIFT) | (self.fmt << FMT_SHIFT)
+        phases = (FP_ALIGN, FP_ROUND, FP_SIGN, FP_FINAL) if self.op == RedOp.SUM else (FP_MINMAX,)
+        launches = [(p, 0) for p in phases] if self.fmt == 0 else \
+            [(p, half) for half in (0, HI) for p in phases + (FP_MERGE,)]
+        first = True
+        for g in range(0, k, LANES):
+            m = min(LANES, k - g)
+            for phase, half in launches:
+                args = (mode | (phase << PHASE_SHIFT) | half | (0 if first else NOWAIT), m,
+                        flags.get("rtail", 0), flags.get("rwait", 0), flags.get("rhead", 0), flags.get("swait", 0),
+                        flags["rslot"] + g, stage + g, (stage if y is None else y) + g,
+                        flags.get("sslot", 0) + g if send else 0, flags.get("stail", 0), 0, flags.get("shead", 0), 0,
+                        scratch + g)
+                self.ops.append(Launch(FPRIM, m, args, note or self.note))
+                first = False
+        self._prim(POST | RECV | (SEND if send else 0), 1, 1, note=note, **flags)
+        if out is not None and y is None:
+            self.ops.append(Read(stage, out.buf, out.start, k))
+        self._advance(ch, True, send, rs, ss)
 
     def _flags(self, ch: Channel | None, recv: bool, send: bool) -> tuple[int, int, dict]:
         """The chunk counters of a step on ``ch`` and the flag arguments of its launches (prim.cu): wait for the
@@ -233,6 +279,11 @@ class Scheduler:
     def per(self, kind: str, algo: str, chunk: int | None = None) -> int:
         """The words per chunk a call runs with: ``chunk`` (a tuner's choice), at most :func:`max_chunk`."""
         most = max_chunk(self.heap, kind, algo)
+        if self.fmt is not None and kind in ("allreduce", "reduce", "reduce_scatter"):
+            most = min(most, self.heap.staging_words // 2, LANES)     # fprim's scratch: the staging words' 2nd half
+            if most < 1:
+                raise InvalidArgument(f"{self.dtype} reductions need slot_words >= 2 (fprim keeps its scratch words "
+                                      f"in the staging words); this communicator has {self.heap.staging_words}")
         return most if chunk is None else min(int(chunk), most)
 
     def allreduce(self, send: Buffer, recv: Buffer, count: int, algo: str = "ring", chunk: int | None = None) -> None:

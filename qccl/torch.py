@@ -149,13 +149,14 @@ class ProcessGroupQccl(dist.ProcessGroup):
             raise InvalidArgument(f"{what}: dtype {t.dtype} cannot be reduced by qccl's {self.comm.transport.name} "
                                   f"transport (reductions take {', '.join('torch.' + n for n in names)}; the copy "
                                   "collectives take any dtype)")
-        return t.detach().contiguous().numpy()
+        c = t.detach().contiguous()
+        return c if t.dtype == torch.bfloat16 else c.numpy()     # numpy has no bfloat16: qccl takes the tensor
 
     @staticmethod
     def _back(t: torch.Tensor, a: np.ndarray) -> None:
         """Results computed in a contiguous copy go back into a non-contiguous tensor (a host copy)."""
         if not t.is_contiguous():
-            t.copy_(torch.from_numpy(a).reshape(t.shape))
+            t.copy_((a if isinstance(a, torch.Tensor) else torch.from_numpy(a)).reshape(t.shape))
 
     # -- collectives ------------------------------------------------------------------------------------------------
     def allreduce(self, tensors, opts=None):

@@ -35,6 +35,9 @@ class Kernel:
 
 PRIM = Kernel(KERNEL_DIR / "prim.cu", "prim")
 MCAST = Kernel(KERNEL_DIR / "mcast.cu", "mcast")
+# The soft-float combine of a reduce step (transports whose devices have no floating point: QLink); its first 14
+# arguments follow prim's conventions (flag waits; it posts nothing: prim's POST launch does).
+FPRIM = Kernel(KERNEL_DIR / "fprim.cu", "fprim")
 
 # What each parameter of qccl's kernels is, for transports that map word addresses onto their own memory (the CuPy
 # transport: flags are int words, data are elements of the call's dtype; loads read local memory, stores follow the
@@ -69,7 +72,7 @@ def flag_traffic(launch: "Launch") -> FlagTraffic:
     """Read a launch's flag waits and posts from its arguments (prim.cu's and mcast.cu's conventions)."""
     a = launch.args
     pre, post, stores = [], [], []
-    if launch.kernel.name == "prim":
+    if launch.kernel.name in ("prim", "fprim"):
         mode, rtail, rwait, rhead, swait, stail, spost, shead, rpost = (a[0], a[2], a[3], a[4], a[5], a[10], a[11],
                                                                          a[12], a[13])
         if not mode & PRIM_POST and not mode & PRIM_NOWAIT:
@@ -196,6 +199,11 @@ class Transport(ABC):
     """A transport plugin: a name, the dtypes it moves, and worlds."""
     name: str = ""
     dtypes: tuple[str, ...] = ()
+    soft_float: bool = False    # its devices have no floating point: float reductions run qccl's fprim kernel
+
+    def check_reduction(self, dtype: str, op) -> None:
+        """Raise InvalidArgument when this transport cannot reduce ``dtype`` (a name in ``dtypes``) with ``op`` (a
+        RedOp), before anything of the call moves. The default takes every op."""
 
     @abstractmethod
     def create_world(self, nranks: int, ranks: Sequence[int], uid, config: dict) -> World:

@@ -80,8 +80,8 @@ def test_a_wrong_value_fails_the_run(tmp_path, monkeypatch, capsys):
 
 
 def test_bad_arguments_name_the_value():
-    with pytest.raises(SystemExit, match="datatype 'float32' is not supported by transport qlink"):
-        perf.main(["all_reduce", "-d", "float32"])
+    with pytest.raises(SystemExit, match="datatype 'float64' is not supported by transport qlink"):
+        perf.main(["all_reduce", "-d", "float64"])
     with pytest.raises(SystemExit, match="unknown collective 'all_things'"):
         perf.main(["all_things"])
     with pytest.raises(SystemExit, match="root 5 is outside 0..1"):

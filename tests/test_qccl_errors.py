@@ -42,8 +42,10 @@ BAD_CALLS = [
     ("allgather size", lambda c, x, y: c.allgather(x, y), qccl.InvalidArgument, "nranks x sendcount"),
     ("reduce_scatter size", lambda c, x, y: c.reduce_scatter(x, y), qccl.InvalidArgument, "nranks x recvcount"),
     ("dtype mismatch", lambda c, x, y: c.allreduce(x, y.view(np.uint32)), qccl.InvalidArgument, "differ"),
-    ("float32", lambda c, x, y: c.allreduce(x.astype(np.float32), y.astype(np.float32)), qccl.InvalidArgument,
-     r"dtype float32 is not supported by transport qlink for reductions \(supported: int32, uint32"),
+    ("float64", lambda c, x, y: c.allreduce(x.astype(np.float64), y.astype(np.float64)), qccl.InvalidArgument,
+     r"dtype float64 is not supported by transport qlink for reductions \(supported: int32, uint32, float32"),
+    ("float prod", lambda c, x, y: c.allreduce(x.astype(np.float32), y.astype(np.float32), "prod"),
+     qccl.InvalidArgument, "op prod on float32: the QLink transport reduces floats .* with sum, max, min only"),
     ("int64 reduce", lambda c, x, y: c.reduce(x.astype(np.int64), y.astype(np.int64), root=0), qccl.InvalidArgument,
      "reduce: dtype int64 is not supported .*supported: int32, uint32"),
     ("partial overlap", lambda c, x, y: c.allreduce(x[:8], x[4:12]), qccl.InvalidArgument, "overlap"),
@@ -106,10 +108,10 @@ def test_numpy_integers_name_roots_and_peers(comms):
     assert all(v.tolist() == [3] * 3 for v in x)
 
 
-def test_bfloat16_tensor_is_refused_naming_supported(comms):
+def test_float64_tensor_is_refused_naming_supported(comms):
     torch = pytest.importorskip("torch")
-    t = torch.zeros(8, dtype=torch.bfloat16)
-    with pytest.raises(qccl.InvalidArgument, match="bfloat16 is not supported.*int32, uint32"):
+    t = torch.zeros(8, dtype=torch.float64)         # QLink reduces int32, uint32, float32, bfloat16, float16
+    with pytest.raises(qccl.InvalidArgument, match="float64 is not supported.*int32, uint32, float32, bfloat16"):
         comms[0].allreduce(t, t)
 
 

@@ -117,7 +117,7 @@ def test_qlink_comes_from_its_entry_point():
     eps = entry_points(group="qccl_transports")
     assert "qlink" in [e.name for e in eps]
     assert qccl.get_transport("qlink").name == "qlink"
-    assert qccl.get_transport("qlink").dtypes == ("int32", "uint32")
+    assert qccl.get_transport("qlink").dtypes == ("int32", "uint32", "float32", "bfloat16", "float16")
 
 
 def test_a_second_transport_registered_from_outside(eager):

@@ -97,9 +97,9 @@ def test_bfloat16_tensors_travel_and_refused_reductions_leave_the_communicator_u
     comms = qccl.Communicator.init_all(2)
     t = [torch.randn(7).to(torch.bfloat16) for _ in range(2)]
     out = [torch.zeros(14, dtype=torch.bfloat16) for _ in range(2)]
-    with pytest.raises(qccl.InvalidArgument, match=r"dtype bfloat16 is not supported by transport qlink for "
-                                                   r"reductions \(supported: int32, uint32"):
-        comms[0].allreduce(t[0], t[0].clone())
+    with pytest.raises(qccl.InvalidArgument, match=r"op prod on bfloat16: the QLink transport reduces floats "
+                                                   r"\(float32, bfloat16, float16\) with sum, max, min only"):
+        comms[0].allreduce(t[0], t[0].clone(), "prod")      # bfloat16 reduces (sum, max, min), prod is refused
     with qccl.group():
         for c in comms:
             c.allgather(t[c.rank], out[c.rank])
