@@ -242,3 +242,39 @@ def test_byte_offset_from_an_argument_added_to_a_computed_index(s0):
     want = [int(xb[(int(x[t]) & 3) * 4 + s0]) - 7 * int(xh[(t + s0) & 7]) for t in range(4)]
     got = run(src, 4, [0, 32, s0], {32: x.tolist()}, (0, 4))
     np.testing.assert_array_equal(got, want)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_64_bit_shift_and_not_that_make_a_byte_offset(seed):
+    """Refused before ("this instruction cannot compute an address"): NVRTC folds ``x[((u / 13u) | 2u) & 7u]`` into
+    ``shr.u64 %rd8, %rd7, 32; and.b64 %rd9, %rd8, 20`` and ``x[~w & 7u]`` into ``not.b64; and.b64 ..., 28``: the
+    shifted and complemented registers hold values (their low words), which an and then makes byte offsets."""
+    src = ('extern "C" __global__ void k(int *out, const int *x) { unsigned t = threadIdx.x; '
+           'unsigned v = ((unsigned)x[t] / 13u) | 2u; unsigned w = ~((unsigned)x[t + 4u]); '
+           'out[t] = x[v & 7u] + 3 * x[w & 7u]; }')
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**31, 2**31, 8)
+    xu = x & 0xFFFFFFFF
+    want = [(int(x[((int(xu[t]) // 13) | 2) & 7]) + 3 * int(x[(~int(xu[t + 4])) & 7])) & 0xFFFFFFFF
+            for t in range(4)]
+    got = run(src, 4, [0, 16], {16: x.tolist()}, (0, 4))
+    np.testing.assert_array_equal(got.astype(np.int64) & 0xFFFFFFFF, want)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("seed", [1, 2])
+def test_word_index_from_a_halved_thread_index_and_a_16_bit_product(seed):
+    """Refused before: ``x[(t >> 1) & 7u]`` is ``shl.b32 %r, %tid, 1; cvt.u64.u32; and.b64 ..., 28`` (a byte offset
+    2 * tid, known at launch but odd words, made whole by the and), and a 16-bit index times 4 (``shl.b16 %rs, 2;
+    cvt.u64.u16``) was cut to 16 bits before its alignment was looked at."""
+    src = ('extern "C" __global__ void k(int *out, const int *x) { unsigned t = threadIdx.x; '
+           'unsigned v = (unsigned)(unsigned short)((unsigned)x[t] << 12u) % 17u; '
+           'out[t] = x[(t >> 1) & 7u] - 5 * x[v & 7u]; }')
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**31, 2**31, 8)
+    xu = x & 0xFFFFFFFF
+    want = [(int(x[(t >> 1) & 7]) - 5 * int(x[(((int(xu[t]) << 12) & 0xFFFF) % 17) & 7])) & 0xFFFFFFFF
+            for t in range(8)]
+    got = run(src, 8, [0, 16], {16: x.tolist()}, (0, 8))
+    np.testing.assert_array_equal(got.astype(np.int64) & 0xFFFFFFFF, want)

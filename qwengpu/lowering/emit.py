@@ -124,6 +124,10 @@ class Emitter:
                 definitions.append((dst, unaligned and not words_again, regs, words_again))
             elif base in ("mul", "shl", "cvt"):
                 definitions.append((dst, not self._scaled_to_words(inst, read), (), False))
+            else:
+                # A value made by other arithmetic (``shr.u64`` of NVRTC's division by a constant, ``not.b64``)
+                # that an and / add then makes a byte offset: the value itself, in bytes.
+                definitions.append((dst, True, (), False))
         found: set[str] = set()
         changed = True
         while changed:
@@ -812,8 +816,9 @@ class Emitter:
         """Arithmetic whose result is an address or byte offset, computed in words."""
         inst = self.inst
         base, ops = inst.base, inst.operands
-        if dst in self.bytes or (base == "and" and any(isinstance(o, Reg) and o.name in self.bytes
-                                                       for o in ops[1:])):
+        if dst in self.bytes or (base == "and" and any(
+                isinstance(o, Reg) and o.name in self.bytes or not self._whole_words(read(o)) and read(o) != DYNAMIC
+                for o in ops[1:])):
             self._byte_arithmetic(read, dst)
             return
         if base in ("mov", "cvta"):
@@ -842,6 +847,7 @@ class Emitter:
                 index, factor = self.value_operand(index_op, a), to_signed(b.value, 64)
                 if isinstance(index_op, Reg) and index_op.name in self.addresses:
                     raise unsupported(inst, "an address multiplied")
+            whole = index[0] is not None and index[1] == 0 and self._aligned(index[0])
             if base == "cvt" and (bits_of(types(inst)[1]) or 32) < 32:
                 index = (self.op("and", index, (None, (1 << bits_of(types(inst)[1])) - 1)), 0)
             if factor % 4 == 0:
@@ -849,7 +855,7 @@ class Emitter:
                     self.op("a", index, dst=dst)
                 else:
                     self.op("mul", index, (None, (factor // 4) & MASK32), dst=dst)
-            elif index[0] is not None and index[1] == 0 and self._aligned(index[0]):
+            elif whole:
                 # The index is itself a multiple of 4 (``i << 2`` made by the compiler): exact in words.
                 shift = "shr_s" if (base == "cvt" and types(inst)[1].startswith("s")) or signed(inst) else "shr_u"
                 words_ = self.op(shift, index, (None, 2))
@@ -900,7 +906,11 @@ class Emitter:
             self.op("mul", self.value_operand(index_op, read(index_op)), (None, factor.value & MASK32), dst=dst)
             return
         else:
-            raise unsupported(inst, "this instruction cannot compute an address")
+            method = getattr(self, "_op_" + base, None)
+            if method is None or dst not in self.bytes:
+                raise unsupported(inst, "this instruction cannot compute an address")
+            method(read, dst)       # a plain value (its low word) that is used as a byte offset
+            return
         if dst not in self.bytes:
             self.op("shr_u", (result, 0), (None, 2), dst=dst)
 
