@@ -429,6 +429,12 @@ def parse(text: str) -> Module:
             if word == ".extern" and ".shared" in stmt.split():
                 raise _err(line, "dynamic shared memory (extern __shared__) is not supported: declare the array "
                                  "with its size", stmt)
+            name = stmt.split("=", 1)[0].split()[-1].split("[", 1)[0]
+            if word == ".global" and term == ";" and "__nv_atomic_triv_cp_helper" in name:
+                # CUDA 13's atomicExch / atomicCAS headers declare a one-byte helper (``.global .align 1 .u8
+                # _ZN26__nv_atomic_triv_cp_helperIiE5__valE``) that no instruction uses: skipped (an instruction
+                # that names it is refused as an unknown symbol).
+                continue
             if word.startswith(".") and word[1:] in _UNSUPPORTED_DECL | {"visible", "entry"}:
                 raise _err(line, "module-scope declarations are not supported", stmt)
             raise _err(line, "unexpected statement at module scope" if term else "missing ';'", stmt)

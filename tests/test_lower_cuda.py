@@ -242,12 +242,64 @@ def test_atomic_xor_returns_the_old_value_in_lane_order():
     assert dev.read(word, 1)[0] == words(running[8:])[0]
 
 
-def test_atomic_cas_is_refused_naming_the_machines_atomic():
-    src = r'''extern "C" __global__ void k(int *out, int *lock) {
-      out[threadIdx.x] = atomicCAS(lock, 0, threadIdx.x + 1); }'''
+def test_atomic_inc_is_refused_naming_the_machines_atomic():
+    src = r"""extern "C" __global__ void k(unsigned *out, unsigned *c) {
+      out[threadIdx.x] = atomicInc(c, 5u); }"""
     dev = Device()
     before = dev.read(0, 8)
-    with pytest.raises(MachineError, match=r"atom.cas is a three-operand read-modify-write; the machine's atomic "
-                                           r"block applies one two-operand ALU op.*atom.global.cas.b32"):
+    with pytest.raises(MachineError, match=r"atom.inc \(atomicInc / atomicDec: a wrap-around counter\) is not "
+                                           r"lowered.*atom.global.inc.u32"):
         dev.launch(dev.load_kernel(src, "k"), threads=4, args=[0, 4])
     np.testing.assert_array_equal(dev.read(0, 8), before)
+
+
+OLD_VALUES = r"""
+extern "C" __global__ void k(int *out, int *h, const int *x, int which) {
+  unsigned t = threadIdx.x;
+  int v = x[t];
+  int *p = &h[x[t + 8] & 3];
+  int old;
+  if (which == 0) old = atomicMin(p, v);
+  else if (which == 1) old = atomicMax(p, v);
+  else if (which == 2) old = (int)atomicMin((unsigned *)p, (unsigned)v);
+  else if (which == 3) old = (int)atomicMax((unsigned *)p, (unsigned)v);
+  else if (which == 4) old = atomicAnd(p, v);
+  else if (which == 5) old = atomicOr(p, v);
+  else if (which == 6) old = atomicExch(p, v);
+  else old = atomicCAS(p, x[t + 16], v);
+  out[t] = old;
+}
+"""
+
+
+def _in_thread_order(which: int, h: list[int], x: list[int], threads: int) -> tuple[list[int], list[int]]:
+    """The kernel above, one thread after another (the machine's order: warps in turn, lanes in order)."""
+    h = list(h)
+    out = []
+    for t in range(threads):
+        v, i = x[t], x[t + 8] & 3
+        old = h[i]
+        ou, vu = old & MASK, v & MASK
+        new = [min(old, v), max(old, v), min(ou, vu), max(ou, vu), ou & vu, ou | vu, v,
+               v if old == x[t + 16] else old][which]
+        h[i] = int(words([new])[0])
+        out.append(old)
+    return out, h
+
+
+@pytest.mark.parametrize("threads", [3, 4, 8])
+@pytest.mark.parametrize("which", range(8))
+def test_old_value_of_min_max_and_or_exch_cas_in_lane_order(which, threads):
+    """The old value of atomicMin / Max (signed and unsigned), And, Or, Exch and atomicCAS, with lanes colliding on
+    words: each thread sees the threads before it, as the same loop run in Python one thread after another."""
+    rng = np.random.default_rng(10 * which + threads)
+    h = [int(v) for v in rng.integers(-50, 50, 4)]
+    x = [int(v) for v in rng.integers(-60, 60, 8)] + [int(v) for v in rng.integers(0, 4, 8)]
+    x += [int(v) for v in rng.choice(np.array(h + x[:8]), 8)]       # cas: compares that sometimes hit
+    out, h_after = _in_thread_order(which, h, x, threads)
+    dev = Device()
+    dev.write(8, np.array(h))
+    dev.write(16, np.array(x))
+    dev.launch(dev.load_kernel(OLD_VALUES, "k"), threads=threads, args=[0, 8, 16, which])
+    np.testing.assert_array_equal(dev.read(0, threads), words(out))
+    np.testing.assert_array_equal(dev.read(8, 4), words(h_after))

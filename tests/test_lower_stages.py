@@ -374,3 +374,19 @@ def test_layout_keeps_a_body_already_in_order():
     from qwengpu.lowering.cfg import layout
     k = kernel(LOOP)
     assert layout(k) is k
+
+
+def test_cuda_13_atomic_helper_declaration_is_skipped_unless_used():
+    """CUDA 13's atomicExch / atomicCAS declare an unused module-scope byte; a kernel that names it is refused."""
+    from qwengpu.ptx import PTXError
+    helper = ".global .align 1 .u8 _ZN26__nv_atomic_triv_cp_helperIiE5__valE;\n"
+    unused = HEADER + helper + ".visible .entry k(.param .u64 k_param_0)\n{\n.reg .b64 %rd<3>;\nret;\n}\n"
+    assert "k" in parse(unused).kernels
+    used = HEADER + helper + (".visible .entry k(.param .u64 k_param_0)\n{\n.reg .b64 %rd<3>;\n"
+                              "mov.u64 %rd1, _ZN26__nv_atomic_triv_cp_helperIiE5__valE;\nret;\n}\n")
+    with pytest.raises(PTXError, match=r"_ZN26__nv_atomic_triv_cp_helperIiE5__valE"):
+        parse(used)
+    loaded = used.replace("mov.u64 %rd1, _ZN26__nv_atomic_triv_cp_helperIiE5__valE;",
+                          "ld.global.u8 %rd1, [_ZN26__nv_atomic_triv_cp_helperIiE5__valE];")
+    with pytest.raises(PTXError, match=r"line 8: unknown symbol _ZN26__nv_atomic_triv_cp_helperIiE5__valE"):
+        parse(loaded)
