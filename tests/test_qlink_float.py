@@ -257,6 +257,26 @@ def test_allreduce_equals_numpy_replay_of_the_ring(n, dtype, op, count, algo):
         assert np.array_equal(_bits(x, dtype), b)           # the inputs are untouched
 
 
+def test_multicast_chunks_follow_the_window():
+    """On 5 ranks a multicast AllReduce round's blocks are 3 words (16-word window / 5, under the float chunk of 4),
+    so its ring order differs from the ring algorithm's 4-word blocks: each matches its own replay."""
+    from qccl.schedule import max_chunk
+    n = 5
+    bits = inputs(n, 23, F32, seed=5)
+    comms = qccl.Communicator.init_all(n)
+    per = {a: min(max_chunk(comms[0].heap, "allreduce", a), 4) for a in ("ring", "multicast")}
+    assert per == {"ring": 4, "multicast": 3}
+    assert not np.array_equal(replay_allreduce(bits, F32, "sum", 3), replay_allreduce(bits, F32, "sum", 4))
+    for algo in ("ring", "multicast"):
+        xs = _arrays(bits, F32)
+        outs = [np.zeros_like(x) for x in xs]
+        with qccl.group():
+            for r in range(n):
+                comms[r].allreduce(xs[r], outs[r], "sum", algo=algo)
+        want = replay_allreduce(bits, F32, "sum", per=per[algo])
+        assert all(np.array_equal(o.view(np.uint32), want) for o in outs), algo
+
+
 def test_allreduce_in_place_and_the_order_matters():
     """The replay is not order-free: a different ring order gives different bits for these inputs, and qccl's in-place
     AllReduce gives the ring's."""
