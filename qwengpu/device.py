@@ -81,18 +81,20 @@ class Kernel:
             raise MachineError(f"Kernel.from_program takes a qwengpu.lowering.Program, got {type(program).__name__}")
         return cls(program.kernel, None, "", fixed=program)
 
-    def program(self, args: tuple[int, ...], threads: int, block: int = 0, blocks: int = 1) -> Program:
-        """The machine program for one launch configuration (block ``block`` of a grid of ``blocks``)."""
+    def program(self, args: tuple[int, ...], threads: int, block: int = 0, blocks: int = 1,
+                shared: int = 0) -> Program:
+        """The machine program for one launch configuration (block ``block`` of a grid of ``blocks``, ``shared``
+        bytes of dynamic shared memory)."""
         if self.fixed is not None:
             if args:
                 raise MachineError(f"kernel {self.name} is a ready-made program and takes no arguments, got "
                                    f"{len(args)}")
             return self.fixed
-        key = (tuple(args), threads, block, blocks)
+        key = (tuple(args), threads, block, blocks, shared)
         if key in self._programs:
             self._programs.move_to_end(key)
             return self._programs[key]
-        program = lower(self.ptx, list(args), threads, block=block, blocks=blocks)
+        program = lower(self.ptx, list(args), threads, block=block, blocks=blocks, shared=shared)
         self._programs[key] = program
         if len(self._programs) > PROGRAM_CACHE:
             self._programs.popitem(last=False)
@@ -246,9 +248,11 @@ class Device:
         return Kernel(name, module.kernels[name], ptx_text)
 
     def launch(self, kernel: Kernel, threads: int, args: Sequence[int], max_records: int = DEFAULT_RECORD_LIMIT,
-               blocks: int = 1):
+               blocks: int = 1, shared: int = 0):
         """Run a kernel to completion: ``blocks`` blocks of ``threads`` threads, one block after another (each sees
         its own ``blockIdx.x``). A kernel still running after max_records records raises (hang detector).
+        ``shared``: bytes of dynamic shared memory for ``extern __shared__`` arrays (CUDA's third launch
+        parameter); a kernel that declares one needs it.
 
         Every block's program is lowered before the first one starts, so a kernel over a limit of the machine
         fails before it touches memory."""
@@ -259,14 +263,15 @@ class Device:
         threads = _integer(threads, "threads")
         if not 1 <= threads <= MAX_THREADS:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
+        shared = _integer(shared, "shared (bytes of dynamic shared memory)")
         for block in range(blocks):
-            kernel.program(args, threads, block, blocks)
+            kernel.program(args, threads, block, blocks, shared)
         # A failure in a later block puts back what the earlier blocks did too: the grid is one launch.
         before = (self.backend.snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
                   list(self.launch_records))
         try:
             for block in range(blocks):
-                self._run_block(kernel, threads, args, max_records, block, blocks)
+                self._run_block(kernel, threads, args, max_records, block, blocks, shared)
         except Exception:
             state, length, stats, rom, launch_records = before
             self.backend.restore(state)
@@ -274,8 +279,9 @@ class Device:
             self.stats, self._rom, self.launch_records, self._outbox = stats, rom, launch_records, []
             raise
 
-    def _run_block(self, kernel: Kernel, threads: int, args, max_records: int, block: int, blocks: int) -> None:
-        self.start(kernel, threads, args, block=block, blocks=blocks)
+    def _run_block(self, kernel: Kernel, threads: int, args, max_records: int, block: int, blocks: int,
+                   shared: int = 0) -> None:
+        self.start(kernel, threads, args, block=block, blocks=blocks, shared=shared)
         try:
             records = 0
             while self.busy:
@@ -297,7 +303,8 @@ class Device:
     def busy(self) -> bool:
         return self._launch is not None
 
-    def start(self, kernel: Kernel, threads: int, args: Sequence[int], block: int = 0, blocks: int = 1) -> None:
+    def start(self, kernel: Kernel, threads: int, args: Sequence[int], block: int = 0, blocks: int = 1,
+              shared: int = 0) -> None:
         """Begin a launch (of block ``block`` of a grid of ``blocks``): feed the program rows that changed and the
         first warp's header. Writes nothing yet."""
         if self._launch is not None:
@@ -306,7 +313,8 @@ class Device:
         if not 1 <= threads <= MAX_THREADS:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
         args = tuple(_integer(a, "kernel argument") for a in args)
-        program = kernel.program(args, threads, block, blocks)
+        shared = _integer(shared, "shared (bytes of dynamic shared memory)")
+        program = kernel.program(args, threads, block, blocks, shared)
         self._check_supported(kernel, program)
         self._check_reserved(kernel, program)
         self._snapshot = (self.backend.snapshot(), len(self.tokens), dict(self.stats), list(self._rom))

@@ -2,9 +2,10 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, .local/.const state, dynamic (extern) shared memory, calls, global variables, float
+machine cannot have: vector operands, .local/.const state, calls, global variables, float
 immediates. ``.shared`` arrays of a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by
-name and size in ``Kernel.shared``; the lowering places them in the block's words. Device
+name and size in ``Kernel.shared``, dynamic ones (``extern __shared__ int s[];``) with size None (their bytes are a
+launch parameter); the lowering places them in the block's words. Device
 functions (.func) beside a kernel are skipped: NVRTC emits libdevice helpers even where every use is inlined. What an instruction means is left to the lowering: opcodes are kept exactly as written (``.u32`` and
 ``.b32`` spellings both survive).
 """
@@ -77,7 +78,8 @@ class Kernel:
     params: list[Param] = field(default_factory=list)
     body: list = field(default_factory=list)            # Instruction | Label, in text order
     registers: dict[str, str] = field(default_factory=dict)  # "%r" -> "b32", "%p" -> "pred"
-    shared: dict[str, int] = field(default_factory=dict)     # .shared arrays it uses: name -> bytes, in order
+    shared: dict[str, int | None] = field(default_factory=dict)   # .shared arrays it uses: name -> bytes, in
+    #                                                               order (None: extern, sized at launch)
 
 
 @dataclass
@@ -426,9 +428,17 @@ def parse(text: str) -> Module:
                     raise _err(line, f".shared {symbol} is declared twice", stmt)
                 shared[symbol] = size
                 continue
-            if word == ".extern" and ".shared" in stmt.split():
-                raise _err(line, "dynamic shared memory (extern __shared__) is not supported: declare the array "
-                                 "with its size", stmt)
+            if word == ".extern" and ".shared" in stmt.split() and term == ";":
+                # ``extern __shared__ int s[];``: dynamic shared memory, its bytes given at launch (size None here;
+                # every such array starts at the same word, after the sized ones, as on a GPU).
+                m = _SHARED.fullmatch(stmt.split(None, 1)[1].strip())
+                if not m or m.group(4) != "":
+                    raise _err(line, "this extern .shared declaration is not supported (an array without a size, "
+                                     "extern __shared__ T s[])", stmt)
+                if m.group(3) in shared:
+                    raise _err(line, f".shared {m.group(3)} is declared twice", stmt)
+                shared[m.group(3)] = None
+                continue
             name = stmt.split("=", 1)[0].split()[-1].split("[", 1)[0]
             if word == ".global" and term == ";" and "__nv_atomic_triv_cp_helper" in name:
                 # CUDA 13's atomicExch / atomicCAS headers declare a one-byte helper (``.global .align 1 .u8

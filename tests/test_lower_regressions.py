@@ -278,3 +278,34 @@ def test_word_index_from_a_halved_thread_index_and_a_16_bit_product(seed):
             for t in range(8)]
     got = run(src, 8, [0, 16], {16: x.tolist()}, (0, 8))
     np.testing.assert_array_equal(got.astype(np.int64) & 0xFFFFFFFF, want)
+
+
+OFFSET_AS_VALUE_PTX = HEADER + """
+.visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1)
+{
+    .reg .b32 %r<8>; .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [k_param_0];
+    ld.param.u64 %rd2, [k_param_1];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    ld.global.u32 %r2, [%rd4];
+    and.b32 %r3, %r2, 7;
+    mul.wide.u32 %rd5, %r3, 4;
+    add.s64 %rd6, %rd2, %rd5;
+    ld.global.u32 %r4, [%rd6];
+    cvt.u32.u64 %r5, %rd5;
+    mad.lo.s32 %r6, %r5, 1000, %r4;
+    add.s64 %rd7, %rd1, %rd3;
+    st.global.u32 [%rd7], %r6;
+    ret;
+}
+"""
+
+
+def test_a_byte_offset_the_machine_computes_read_as_a_value():
+    """``%rd5`` (x & 7 times 4) is a byte offset (kept in words) and also a value (``cvt.u32.u64``): its value is
+    the byte offset, words times 4 (refused before: "holds an address and is used here as a value")."""
+    x = [13, 6, -1, 8, 3, 22, 5, 7]
+    want = [((v & 7) * 4) * 1000 + x[v & 7] for v in x[:4]]
+    np.testing.assert_array_equal(run(OFFSET_AS_VALUE_PTX, 4, [0, 16], {16: x}, (0, 4)), want)

@@ -236,9 +236,11 @@ def test_shared_arrays_larger_than_memory_are_refused():
         dev.launch(dev.load_kernel(text, "k"), threads=4, args=[0])
 
 
-def test_dynamic_shared_memory_and_partial_barriers_are_refused_by_name():
-    with pytest.raises(PTXError, match=r"dynamic shared memory \(extern __shared__\) is not supported"):
-        parse(_ptx("", ".extern .shared .align 4 .b8 smem[];\n"))
+def test_partial_barriers_are_refused_by_name():
+    assert parse(_ptx("\tmov.u64 %rd1, smem;", ".extern .shared .align 4 .b8 smem[];\n")).kernels["k"].shared == {
+        "smem": None}, "dynamic shared memory parses, its size left to the launch"
+    with pytest.raises(PTXError, match=r"this extern .shared declaration is not supported"):
+        parse(_ptx("", ".extern .shared .align 4 .b8 smem[4];\n"))
     dev = Device()
     k = dev.load_kernel(_ptx("\tbar.arrive 0, 8;"), "k")
     with pytest.raises(MachineError, match=r"line \d+ \(the barriers are bar.sync.*\): bar.arrive 0, 8"):
@@ -321,3 +323,54 @@ def test_random_block_programs_match_c_run_phase_by_phase():
     assert report["mismatches"] == [], "\n".join(f"{cuda_source(case.body, case.phases)}\n machine {got}\n C {want}"
                                                  for case, got, want in report["mismatches"])
     assert report["ran"] >= 20, report["refused"]
+
+
+DYNAMIC_SHARED = r"""
+extern "C" __global__ void k(int *out, const int *x) {
+  extern __shared__ int s[];
+  unsigned t = threadIdx.x;
+  s[t] = x[t] * 3;
+  __syncthreads();
+  out[t] = s[blockDim.x - 1 - t] + s[t];
+}
+extern "C" __global__ void both(int *out, const int *x) {
+  __shared__ int fixed[2];
+  extern __shared__ unsigned char bytes[];
+  unsigned t = threadIdx.x;
+  if (t < 2) fixed[t] = x[t];
+  bytes[t] = (unsigned char)(x[t] + 1);
+  __syncthreads();
+  out[t] = fixed[t & 1] * 1000 + bytes[(t + 1) % blockDim.x];
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [4, 6, 8])
+def test_dynamic_shared_memory_sized_at_launch(threads):
+    """``extern __shared__ int s[];`` takes its bytes from the launch (``shared=``), as CUDA's third launch
+    parameter: checked against numpy, with one warp and with two."""
+    dev = Device()
+    out, x = dev.alloc(8), dev.alloc(8)
+    xv = np.array([5, -3, 12, 7, 100, -40, 9, 2])
+    dev.write(x, xv)
+    dev.launch(dev.load_kernel(DYNAMIC_SHARED, "k"), threads=threads, args=[out, x], shared=4 * threads)
+    v = xv[:threads] * 3
+    np.testing.assert_array_equal(dev.read(out, threads), v[::-1] + v)
+    dev.launch(dev.load_kernel(DYNAMIC_SHARED, "both"), threads=threads, args=[out, x], shared=threads)
+    b = (xv[:threads] + 1) & 0xFF
+    want = [xv[t & 1] * 1000 + b[(t + 1) % threads] for t in range(threads)]
+    np.testing.assert_array_equal(dev.read(out, threads), want)
+
+
+def test_dynamic_shared_memory_without_a_size_is_refused_by_name():
+    dev = Device()
+    out, x = dev.alloc(8), dev.alloc(8)
+    tokens = list(dev.tokens)
+    k = dev.load_kernel(DYNAMIC_SHARED, "k")
+    with pytest.raises(MachineError, match=r"kernel k declares extern __shared__ s \(dynamic shared memory\): give "
+                                           r"its size in bytes at launch, dev.launch\(\.\.\., shared=BYTES\)"):
+        dev.launch(k, threads=4, args=[out, x])
+    with pytest.raises(MachineError, match=r"kernel k declares 130 words of __shared__ arrays \(extern s 130\); "
+                                           r"memory has 127 words"):
+        dev.launch(k, threads=4, args=[out, x], shared=520)
+    assert dev.tokens == tokens

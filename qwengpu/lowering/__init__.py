@@ -87,29 +87,42 @@ def bind_arguments(kernel, args: list[int]) -> dict:
     return params
 
 
-def shared_layout(kernel) -> tuple[int, dict[str, int]]:
+def shared_layout(kernel, dynamic: int = 0) -> tuple[int, dict[str, int]]:
     """The kernel's __shared__ arrays at the top of memory (below the sink), in declaration order, each starting on a
-    word: (words they take, name -> byte address)."""
-    sizes = {name: (size + 3) // 4 for name, size in getattr(kernel, "shared", {}).items()}
-    words = sum(sizes.values())
+    word, then the dynamic shared memory (``extern __shared__``: ``dynamic`` bytes, given at launch; every extern
+    array starts there, as on a GPU): (words they take, name -> byte address)."""
+    arrays = getattr(kernel, "shared", {})
+    sizes = {name: (size + 3) // 4 for name, size in arrays.items() if size is not None}
+    extern = [name for name, size in arrays.items() if size is None]
+    if not isinstance(dynamic, int) or isinstance(dynamic, bool) or dynamic < 0:
+        raise MachineError(f"kernel {kernel.name}: shared={dynamic!r} is not a number of bytes of dynamic shared "
+                           "memory (an integer >= 0)")
+    if extern and not dynamic:
+        raise MachineError(f"kernel {kernel.name} declares extern __shared__ {', '.join(extern)} (dynamic shared "
+                           "memory): give its size in bytes at launch, dev.launch(..., shared=BYTES)")
+    dynamic_words = (dynamic + 3) // 4 if extern else 0
+    words = sum(sizes.values()) + dynamic_words
     if words > isa.USABLE_WORDS:
-        listed = ", ".join(f"{name} {n}" for name, n in sizes.items())
+        listed = ", ".join([f"{name} {n}" for name, n in sizes.items()] +
+                           ([f"extern {'/'.join(extern)} {dynamic_words}"] if extern else []))
         raise MachineError(f"kernel {kernel.name} declares {words} words of __shared__ arrays ({listed}); memory has "
                            f"{isa.USABLE_WORDS} words")
     symbols, at = {}, isa.SINK - words
     for name, n in sizes.items():
         symbols[name] = 4 * at
         at += n
+    for name in extern:
+        symbols[name] = 4 * at
     return words, symbols
 
 
-def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1) -> Program:
+def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1, shared: int = 0) -> Program:
     """Lower a parsed PTX kernel for a launch with these argument values, this many threads per block, as block
-    ``block`` of a grid of ``blocks``.
+    ``block`` of a grid of ``blocks``, with ``shared`` bytes of dynamic shared memory (``extern __shared__``).
 
     A block's __shared__ arrays and (with more than one warp) its barrier state take the top words of memory
     (``Program.reserved``; qwengpu.lowering.barriers)."""
-    shared_words, symbols = shared_layout(kernel)
+    shared_words, symbols = shared_layout(kernel, shared)
     context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols)
     kernel = merge_latches(layout(kernel))
     cfg = basic_blocks(kernel)

@@ -270,10 +270,18 @@ class Emitter:
     def src(self, read, i: int) -> tuple:
         """Source i of the current instruction as a plain value."""
         operand = sources(self.inst)[i]
-        if isinstance(operand, Reg) and operand.name in self.addresses:
-            raise MachineError(f"line {self.inst.line}: {operand.name} holds an address and is used here as a "
-                               f"value (pointer arithmetic outside an address is not supported): {self.inst.text}")
         value = read(operand)
+        if isinstance(operand, Reg) and operand.name in self.addresses:
+            # A register that holds addresses or byte offsets, read here as a value (``cvt.u32.u64 %r, %rd`` of an
+            # index NVRTC also adds to a char array's address): its byte value, from words times 4. A pointer
+            # stored to memory stays refused (the machine keeps no pointers in its words).
+            if self.inst.base in ("st", "atom", "red"):
+                raise MachineError(f"line {self.inst.line}: {operand.name} holds an address and is stored here as "
+                                   f"a value (pointers are not kept in memory): {self.inst.text}")
+            if value == DYNAMIC:
+                if operand.name in self.bytes:
+                    return (operand.name, 0)
+                return (self.op("shl", (operand.name, 0), (None, 2)), 0)
         bits = width(self.inst)
         if isinstance(value, Const) and bits < 32:
             # An immediate of a narrow instruction is its low bits (``mul.wide.u16 %r, %rs, -21845`` is 0xAAAB).
