@@ -242,17 +242,6 @@ def test_atomic_xor_returns_the_old_value_in_lane_order():
     assert dev.read(word, 1)[0] == words(running[8:])[0]
 
 
-def test_atomic_inc_is_refused_naming_the_machines_atomic():
-    src = r"""extern "C" __global__ void k(unsigned *out, unsigned *c) {
-      out[threadIdx.x] = atomicInc(c, 5u); }"""
-    dev = Device()
-    before = dev.read(0, 8)
-    with pytest.raises(MachineError, match=r"atom.inc \(atomicInc / atomicDec: a wrap-around counter\) is not "
-                                           r"lowered.*atom.global.inc.u32"):
-        dev.launch(dev.load_kernel(src, "k"), threads=4, args=[0, 4])
-    np.testing.assert_array_equal(dev.read(0, 8), before)
-
-
 OLD_VALUES = r"""
 extern "C" __global__ void k(int *out, int *h, const int *x, int which) {
   unsigned t = threadIdx.x;
@@ -266,7 +255,9 @@ extern "C" __global__ void k(int *out, int *h, const int *x, int which) {
   else if (which == 4) old = atomicAnd(p, v);
   else if (which == 5) old = atomicOr(p, v);
   else if (which == 6) old = atomicExch(p, v);
-  else old = atomicCAS(p, x[t + 16], v);
+  else if (which == 7) old = atomicCAS(p, x[t + 16], v);
+  else if (which == 8) old = (int)atomicInc((unsigned *)p, (unsigned)v);
+  else old = (int)atomicDec((unsigned *)p, (unsigned)v);
   out[t] = old;
 }
 """
@@ -281,20 +272,25 @@ def _in_thread_order(which: int, h: list[int], x: list[int], threads: int) -> tu
         old = h[i]
         ou, vu = old & MASK, v & MASK
         new = [min(old, v), max(old, v), min(ou, vu), max(ou, vu), ou & vu, ou | vu, v,
-               v if old == x[t + 16] else old][which]
+               v if old == x[t + 16] else old, 0 if ou >= vu else ou + 1,
+               vu if ou == 0 or ou > vu else ou - 1][which]
         h[i] = int(words([new])[0])
         out.append(old)
     return out, h
 
 
 @pytest.mark.parametrize("threads", [3, 4, 8])
-@pytest.mark.parametrize("which", range(8))
-def test_old_value_of_min_max_and_or_exch_cas_in_lane_order(which, threads):
-    """The old value of atomicMin / Max (signed and unsigned), And, Or, Exch and atomicCAS, with lanes colliding on
-    words: each thread sees the threads before it, as the same loop run in Python one thread after another."""
+@pytest.mark.parametrize("which", range(10))
+def test_old_value_of_min_max_and_or_exch_cas_inc_dec_in_lane_order(which, threads):
+    """The old value of atomicMin / Max (signed and unsigned), And, Or, Exch, atomicCAS, atomicInc and atomicDec,
+    with lanes colliding on words: each thread sees the threads before it, as the same loop run in Python one thread
+    after another."""
     rng = np.random.default_rng(10 * which + threads)
-    h = [int(v) for v in rng.integers(-50, 50, 4)]
-    x = [int(v) for v in rng.integers(-60, 60, 8)] + [int(v) for v in rng.integers(0, 4, 8)]
+    low = 0 if which >= 8 else -50            # inc / dec: unsigned counters and limits
+    h = [int(v) for v in rng.integers(low, 50, 4)]
+    x = [int(v) for v in rng.integers(low, 60, 8)] + [int(v) for v in rng.integers(0, 4, 8)]
+    if which >= 8:
+        h[0], x[:3] = 0, [0, 3, 70]              # a dec from 0, a limit of 0, a limit the count never reaches
     x += [int(v) for v in rng.choice(np.array(h + x[:8]), 8)]       # cas: compares that sometimes hit
     out, h_after = _in_thread_order(which, h, x, threads)
     dev = Device()

@@ -780,9 +780,8 @@ class Emitter:
             self._atomic_in_lane_order(where, "b", self.src(read, 1), dst, compare=self.src(read, 0))
             return
         if kind in ("inc", "dec"):
-            raise unsupported(inst, f"atom.{kind} (atomicInc / atomicDec: a wrap-around counter) is not lowered; "
-                                    "the machine's atomic block applies one two-operand ALU op to the word (add, min, "
-                                    "max, and, or, xor, exch) and cas runs lane by lane")
+            self._atomic_in_lane_order(where, kind, self.src(read, 0), dst if dst in self.used else None)
+            return
         if kind is None or kinds[kind] is None:
             raise unsupported(inst, "atomics are add, min, max, and, or, xor and exch")
         op = kinds[kind]
@@ -800,11 +799,12 @@ class Emitter:
             return
         self._atomic_in_lane_order(where, op, value, dst)
 
-    def _atomic_in_lane_order(self, where: tuple, op: str, value: tuple, dst: str, compare: tuple | None = None):
+    def _atomic_in_lane_order(self, where: tuple, op: str, value: tuple, dst: str | None,
+                              compare: tuple | None = None):
         """An atomic whose old value is wanted and cannot be recovered from the new one (min, max, and, or, exch,
-        cas): the lanes take turns in lane order, a uniform loop of one trip per lane; on its turn a lane loads the
+        cas), or one the atomic block cannot apply (cas, inc, dec): the lanes take turns in lane order, a uniform loop of one trip per lane; on its turn a lane loads the
         word, then updates it (an atomic block of the one lane; for cas a store of the new value where the word
-        equalled ``compare``). About 5 records a trip and 7 ROM blocks. The old value is the word one record
+        equalled ``compare``; for inc / dec a store of the wrapped count). About 5 records a trip and 7 ROM blocks. The old value is the word one record
         before the update: a peer's store landing at that record boundary is kept in memory by the atomic block
         but not seen in the returned value."""
         trips = min(LANES, self.context.threads)
@@ -819,7 +819,21 @@ class Emitter:
         self.mops[head].labels.add(f"lanes{head}")
         mine = self.pred & Predicate.atom(turn)
         self.emit(MOp("a", where, dst=old, load=True), mine)
-        if compare is None:
+        if op == "inc":             # atomicInc: old >= v ? 0 : old + 1, as (old + 1) * (old < v)
+            below = self.temp()
+            self.emit(MOp("lt_u", (old, 0), value, below), mine)
+            plus = self.temp()
+            self.emit(MOp("add", (old, 0), (None, 1), plus), mine)
+            self.emit(MOp("mul", (plus, 0), (below, 0), store=where), mine)
+        elif op == "dec":           # atomicDec: old == 0 || old > v ? v : old - 1, i.e. v where old - 1 >= v
+            less = self.temp()
+            self.emit(MOp("add", (old, 0), (None, MASK32), less), mine)
+            wraps = self.temp()
+            self.emit(MOp("ge_u", (less, 0), value, wraps), mine)
+            self.emit(MOp("a", (less, 0), store=where), mine)
+            self.emit(MOp("a", value, store=where), mine & Predicate.atom(wraps))
+            self.invalidate(wraps)
+        elif compare is None:
             self.emit(MOp(op, where, value, None, load=True, store=where, atomic=True), mine)
         else:
             equal = self.temp()
@@ -829,7 +843,8 @@ class Emitter:
         loop = self.emit(MOp("add", (left, 0), (None, MASK32), left, branch="nonzero", target="lanes"), TRUE)
         loop.target_index = head
         self.invalidate(turn)
-        self.op("a", (old, 0), dst=dst)
+        if dst is not None:
+            self.op("a", (old, 0), dst=dst)
 
     # -- arithmetic --------------------------------------------------------------------------------------------------
     def _compute(self, read, dst: str, value_here) -> None:
