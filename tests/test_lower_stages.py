@@ -390,3 +390,68 @@ def test_cuda_13_atomic_helper_declaration_is_skipped_unless_used():
                           "ld.global.u8 %rd1, [_ZN26__nv_atomic_triv_cp_helperIiE5__valE];")
     with pytest.raises(PTXError, match=r"line 8: unknown symbol _ZN26__nv_atomic_triv_cp_helperIiE5__valE"):
         parse(loaded)
+
+
+# nvcc's other shape (fuzz program 3055 of seed 2026, trimmed): one side of an if inside a loop is placed before the
+# loop's start and falls through into it, so the loop has a backward branch to that block and one to its start, and
+# the two spans interleave.
+ELSE_BEFORE_HEAD = HEADER + """
+.visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1)
+{
+  .reg .pred %p<4>; .reg .b32 %r<10>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [k_param_0];
+  ld.param.u64 %rd2, [k_param_1];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  ld.global.u32 %r2, [%rd4];
+  and.b32 %r3, %r2, 7;
+  mov.u32 %r4, %r1;
+  mov.u32 %r5, 0;
+  setp.eq.s32 %p1, %r3, 0;
+  @%p1 bra $L_done;
+  bra.uni $L_head;
+$L_else:
+  mad.lo.s32 %r4, %r4, 3, 1;
+$L_head:
+  setp.eq.s32 %p2, %r3, 0;
+  @%p2 bra $L_done;
+  add.s32 %r3, %r3, -1;
+  xor.b32 %r6, %r4, %r3;
+  and.b32 %r7, %r6, 1;
+  setp.eq.s32 %p3, %r7, 0;
+  @%p3 bra $L_else;
+  add.s32 %r5, %r5, %r4;
+  bra.uni $L_head;
+$L_done:
+  mad.lo.s32 %r8, %r5, 7, %r4;
+  add.s64 %rd5, %rd1, %rd3;
+  st.global.u32 [%rd5], %r8;
+  ret;
+}
+"""
+
+
+def _else_before_head_in_python(t: int, x: list[int]) -> int:
+    """The PTX above, read as C: n = x[t] & 7; while (n) { n--; if ((v0 ^ n) & 1) v3 += v0; else v0 = v0*3+1; }"""
+    n, v0, v3 = x[t] & 7, t, 0
+    while n:
+        n -= 1
+        if (v0 ^ n) & 1:
+            v3 = (v3 + v0) & 0xFFFFFFFF
+        else:
+            v0 = (v0 * 3 + 1) & 0xFFFFFFFF
+    return (v3 * 7 + v0) & 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("threads", [3, 4, 8])
+def test_layout_of_a_loop_whose_else_side_is_placed_before_its_start(threads):
+    from qwengpu.lowering.cfg import layout
+    k = parse(ELSE_BEFORE_HEAD).kernels["k"]
+    assert layout(k) is not k
+    x = [5, 7, 0, 3, 6, 1, 7, 2]
+    dev = Device()
+    dev.write(16, np.array(x))
+    dev.launch(dev.load_kernel(ELSE_BEFORE_HEAD, "k"), threads, [0, 16])
+    want = [_else_before_head_in_python(t, x) for t in range(threads)]
+    assert (dev.read(0, threads).astype(np.int64) & 0xFFFFFFFF).tolist() == want

@@ -801,12 +801,13 @@ class Emitter:
 
     def _atomic_in_lane_order(self, where: tuple, op: str, value: tuple, dst: str | None,
                               compare: tuple | None = None):
-        """An atomic whose old value is wanted and cannot be recovered from the new one (min, max, and, or, exch,
-        cas), or one the atomic block cannot apply (cas, inc, dec): the lanes take turns in lane order, a uniform loop of one trip per lane; on its turn a lane loads the
-        word, then updates it (an atomic block of the one lane; for cas a store of the new value where the word
-        equalled ``compare``; for inc / dec a store of the wrapped count). About 5 records a trip and 7 ROM blocks. The old value is the word one record
-        before the update: a peer's store landing at that record boundary is kept in memory by the atomic block
-        but not seen in the returned value."""
+        """An atomic whose old value is wanted and cannot be recovered from the new one (min, max, and, or, exch),
+        or one the atomic block cannot apply (cas, inc, dec): the lanes take turns in lane order, a uniform loop of
+        one trip per lane. On its turn a lane loads the word, then updates it: an atomic block of that one lane, or
+        for cas a store of the new value where the word equalled ``compare``, for inc / dec a store of the wrapped
+        count. About 5 records a trip and 7-9 ROM blocks. The old value is the word one record before the update,
+        so a peer's store landing at that record boundary is not in the returned value (an atomic block still
+        applies its op to it; cas, inc and dec store what they computed from the old value)."""
         trips = min(LANES, self.context.threads)
         lane = self.temp()
         self.emit(MOp("and", ("tid", 0), (None, LANES - 1), lane), TRUE)
