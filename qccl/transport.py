@@ -195,6 +195,10 @@ class World(ABC):
         """Release a rank."""
 
 
+SOFT_FLOAT_DTYPES = ("float32", "bfloat16", "float16")     # what qccl/kernels/fprim.cu reduces
+SOFT_FLOAT_OPS = ("sum", "max", "min")
+
+
 class Transport(ABC):
     """A transport plugin: a name, the dtypes it moves, and worlds."""
     name: str = ""
@@ -203,7 +207,17 @@ class Transport(ABC):
 
     def check_reduction(self, dtype: str, op) -> None:
         """Raise InvalidArgument when this transport cannot reduce ``dtype`` (a name in ``dtypes``) with ``op`` (a
-        RedOp), before anything of the call moves. The default takes every op."""
+        RedOp), before anything of the call moves. The default takes every op, but for a soft-float transport's
+        floats: fprim has sum, max and min."""
+        if self.soft_float and dtype in SOFT_FLOAT_DTYPES and str(op) not in SOFT_FLOAT_OPS:
+            raise InvalidArgument(f"op {op} on {dtype}: the {self.label} transport reduces floats "
+                                  f"({', '.join(SOFT_FLOAT_DTYPES)}) with {', '.join(SOFT_FLOAT_OPS)} only (software "
+                                  "floating point on the QwenGPUs); int32 / uint32 take every op")
+
+    @property
+    def label(self) -> str:
+        """The name as messages print it."""
+        return {"qlink": "QLink"}.get(self.name, self.name)
 
     @abstractmethod
     def create_world(self, nranks: int, ranks: Sequence[int], uid, config: dict) -> World:

@@ -21,7 +21,7 @@ def _threads(n, seed, fifo_slots=2, **options):
 def test_found_through_its_entry_point():
     # pluggy registers an entry point's plugin under the entry point's name
     assert dict(qccl.plugin_manager().list_name_plugin())["threads"].__name__ == "qccl_transports.threads.plugin"
-    assert qccl.get_transport("threads").dtypes == ("int32", "uint32")
+    assert qccl.get_transport("threads").dtypes == ("int32", "uint32", "float32", "bfloat16", "float16")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -42,6 +42,35 @@ def test_results_equal_lockstep(kind):
         assert all(t > 0 for t in got.tokens), "the numbers came out of the devices"
         for c in comms:
             c.destroy()
+
+
+@pytest.mark.parametrize("dtype, op", [(np.float32, "sum"), (np.float16, "max")])
+def test_float_reductions_equal_lockstep(dtype, op):
+    """Floats reduce by qccl's soft-float kernel on this transport too (its devices are the same machines): the bits
+    equal the lockstep transport's whatever the timing."""
+    rng = np.random.default_rng(5)
+    x = [rng.standard_normal(7).astype(dtype) for _ in range(3)]
+    results = []
+    for comms in (_threads(3, 7), qccl.Communicator.init_all(3)):
+        y = [np.zeros(7, dtype) for _ in range(3)]
+        with qccl.group():
+            for c in comms:
+                c.allreduce(x[c.rank], y[c.rank], op)
+        results.append(y)
+        for c in comms:
+            c.destroy()
+    threads, lockstep = results
+    for a, b in zip(threads, lockstep):
+        assert a.tobytes() == b.tobytes()
+    if op == "max":                     # order-free: numpy's answer too
+        assert np.array_equal(lockstep[0], np.maximum.reduce(x))
+    with pytest.raises(qccl.InvalidArgument, match="op prod on float32: the threads transport reduces floats"):
+        comms = _threads(2, 1)
+        try:
+            comms[0].allreduce(x[0][:2].astype(np.float32), np.zeros(2, np.float32), "prod")
+        finally:
+            for c in comms:
+                c.destroy()
 
 
 def test_sequences_of_calls_and_separate_calls():

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, field
 
 import qccl
-from qccl.errors import DeadlockError, InvalidArgument
+from qccl.errors import DeadlockError
 from qccl.plugins import LaunchTracer, comm_id
-from qccl.transport import ThreadRoster, Transport, World
+from qccl.transport import SOFT_FLOAT_DTYPES, ThreadRoster, Transport, World
 from qwengpu import Device
 
 from .aperture import Aperture, Router
@@ -33,12 +33,10 @@ from .lockstep import Lockstep, Paused
 
 hookimpl = qccl.hookimpl          # pytest's pattern: plugins mark hooks with the marker qccl exports
 
-DTYPES = ("int32", "uint32", "float32", "bfloat16", "float16")
 # The machine has no floating point: float reductions run qccl's soft-float kernel (qccl/kernels/fprim.cu), which
 # has sum, max and min (the result bit-identical to IEEE arithmetic in NCCL's ring order); prod and avg would need a
-# soft-float multiply (NCCL's float avg pre-multiplies by 1/nranks) and are refused.
-FLOAT_DTYPES = ("float32", "bfloat16", "float16")
-FLOAT_OPS = ("sum", "max", "min")
+# soft-float multiply (NCCL's float avg pre-multiplies by 1/nranks) and are refused (Transport.check_reduction).
+DTYPES = ("int32", "uint32") + SOFT_FLOAT_DTYPES
 # Positions of each device's token log a communicator keeps (at least; trimmed between launches): a long-lived
 # communicator's memory stays flat. backend_options={"token_log": None} keeps the whole stream, for verification.
 TOKEN_LOG = 1 << 16
@@ -207,12 +205,6 @@ class QLinkTransport(Transport):
     name = "qlink"
     dtypes = DTYPES
     soft_float = True
-
-    def check_reduction(self, dtype, op) -> None:
-        if dtype in FLOAT_DTYPES and str(op) not in FLOAT_OPS:
-            raise InvalidArgument(f"op {op} on {dtype}: the QLink transport reduces floats (float32, bfloat16, "
-                                  f"float16) with {', '.join(FLOAT_OPS)} only (software floating point on the "
-                                  "QwenGPUs); int32 / uint32 take every op")
 
     def create_world(self, nranks, ranks, uid, config):
         ranks = tuple(ranks)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 import qccl
-from qccl.transport import ThreadRoster, Transport
+from qccl.transport import SOFT_FLOAT_DTYPES, ThreadRoster, Transport
 
 from .world import ThreadsWorld, check_single_process
 
@@ -23,7 +23,8 @@ _lock = threading.Lock()
 
 class ThreadsTransport(Transport):
     name = "threads"
-    dtypes = ("int32", "uint32")        # the same kernels as QLink's: the machine's integer ops
+    dtypes = ("int32", "uint32") + SOFT_FLOAT_DTYPES     # the same kernels as QLink's, floats by fprim
+    soft_float = True
 
     def create_world(self, nranks, ranks, uid, config):
         ranks = tuple(ranks)
