@@ -15,6 +15,11 @@ thread's next phase, which is what the barriers mean on a GPU.
 
     python -m qccl_bench.kernel_fuzz --programs 10000 --seed 1
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 2 --shared 1.0
+    python -m qccl_bench.kernel_fuzz --programs 2000 --seed 3 --shared 0.5 --narrow --atomics
+
+``--narrow`` adds leaves that read x's bytes and halfwords at computed indices; ``--atomics`` makes the block
+programs' atomics phase use all ten atomics with their old values kept (the machine runs warps in turn and lanes in
+order, which is the reference's thread order). Both are off by default, so a seed's programs stay what they were.
 
 prints programs tried, run, refused (by reason) and mismatches; a mismatch prints its source and both results and
 the exit status is 1.
@@ -50,10 +55,12 @@ class Case:
 class Generator:
     """Random kernel bodies over unsigned / int variables v0..v3."""
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False):
         self.rng = rng
         self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
         self.shared = False     # leaves may read any thread's shared word (after the first barrier)
+        self.narrow = narrow    # leaves also read x's bytes and halfwords at computed indices
+        self.atomics = atomics  # the shared atomics phase uses every atomic and keeps their old values
 
     def pick(self, seq):
         return seq[int(self.rng.integers(len(seq)))]
@@ -69,6 +76,12 @@ class Generator:
                   "(unsigned)x[tid]", "(unsigned)x[(v0 & 7u)]", "(unsigned)x[(tid + 1u) & 7u]", "(unsigned)out[tid]"]
         if self.shared:
             leaves += ["sh[(tid + 1u) % NT]", f"sh[{self.pick(['v0', 'v1', 'v2', 'v3'])} % NT]", "sh[NT - 1u - tid]"]
+        if self.narrow:
+            var = self.pick(["v0", "v1", "v2", "v3", "tid", "(unsigned)x[tid]"])
+            leaves += [f"(unsigned)((const unsigned char *)x)[{var} & 31u]",
+                       f"(unsigned)((const signed char *)x)[({var} >> 3) & 31u]",
+                       f"(unsigned)((const unsigned short *)x)[{var} & 15u]",
+                       f"(unsigned)((const short *)x)[({var} ^ tid) & 15u]"]
         return self.pick(leaves)
 
     def expr(self, depth: int = 0) -> str:
@@ -147,7 +160,16 @@ class Generator:
         if self.rng.random() < 0.4:
             # The atomics' condition, index and value read no shared word: other threads are adding to them (a
             # race on a GPU too).
-            phases.append(f"if ({self.expr(2)} & 1u) atomicAdd(&sh[{self.expr(2)} % NT], {self.expr(2)});")
+            if not self.atomics:
+                phases.append(f"if ({self.expr(2)} & 1u) atomicAdd(&sh[{self.expr(2)} % NT], {self.expr(2)});")
+            else:
+                # Every atomic, its old value kept: the machine's order (warps in turn, lanes in order) is the C
+                # reference's thread order.
+                fn = self.pick(["atomicAdd", "atomicMin", "atomicMax", "atomicAnd", "atomicOr", "atomicXor",
+                                "atomicExch", "atomicCAS", "atomicInc", "atomicDec"])
+                args = f"{self.expr(2)}, {self.expr(2)}" if fn == "atomicCAS" else self.expr(2)
+                var = self.pick(["v0", "v1", "v2", "v3"])
+                phases.append(f"if ({self.expr(2)} & 1u) {var} = {fn}(&sh[{self.expr(2)} % NT], {args});")
         self.shared = True
         last = [self.statement() for _ in range(int(self.rng.integers(1, 3)))]
         last.append(f"out[tid] = (int)({self.expr(1)});")
@@ -175,9 +197,23 @@ static int max_i(int a, int b) { return a > b ? a : b; }
 """
 
 
+C_ATOMICS = """static unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
+static unsigned atomicMin(unsigned *p, unsigned v) { unsigned o = *p; *p = o < v ? o : v; return o; }
+static unsigned atomicMax(unsigned *p, unsigned v) { unsigned o = *p; *p = o > v ? o : v; return o; }
+static unsigned atomicAnd(unsigned *p, unsigned v) { unsigned o = *p; *p = o & v; return o; }
+static unsigned atomicOr(unsigned *p, unsigned v) { unsigned o = *p; *p = o | v; return o; }
+static unsigned atomicXor(unsigned *p, unsigned v) { unsigned o = *p; *p = o ^ v; return o; }
+static unsigned atomicExch(unsigned *p, unsigned v) { unsigned o = *p; *p = v; return o; }
+static unsigned atomicCAS(unsigned *p, unsigned c, unsigned v) { unsigned o = *p; if (o == c) *p = v; return o; }
+static unsigned atomicInc(unsigned *p, unsigned v) { unsigned o = *p; *p = o >= v ? 0u : o + 1u; return o; }
+static unsigned atomicDec(unsigned *p, unsigned v) {
+  unsigned o = *p; *p = (o == 0u || o > v) ? v : o - 1u; return o; }
+"""
+
+
 def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     """Every case's out[] computed by the host C compiler, threads one after another."""
-    parts = [C_PRELUDE, "static void atomicAdd(unsigned *p, unsigned v) { *p += v; }\n"]
+    parts = [C_PRELUDE, C_ATOMICS]
     keep = "V[tid][0] = v0; V[tid][1] = v1; V[tid][2] = v2; V[tid][3] = v3;"
     restore = "unsigned v0 = V[tid][0], v1 = V[tid][1], v2 = V[tid][2], v3 = V[tid][3];"
     for i, case in enumerate(cases):
@@ -220,8 +256,8 @@ def int_arg(v: int) -> str:
     return f"(int){v & 0xFFFFFFFF}u"
 
 
-def make_case(rng: np.random.Generator, shared: float = 0.0) -> Case:
-    gen = Generator(rng)
+def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -254,9 +290,12 @@ def run_machine(case: Case):
     return [int(v) for v in dev.read(OUT, case.threads)]
 
 
-def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0) -> dict:
+def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
+         narrow: bool = False, atomics: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
-    barriers); returns counts (tried, ran, refused by reason) and the mismatches."""
+    barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
+    atomics are all ten kinds with their old values kept); returns counts (tried, ran, refused by reason) and the
+    mismatches. Without ``narrow`` and ``atomics`` a seed gives the same programs as before they existed."""
     from qwengpu.isa import MachineError
     from qwengpu.toolchain import CompileError
     rng = np.random.default_rng(seed)
@@ -264,7 +303,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared) for _ in range(min(batch, programs - done))]
+            cases = [make_case(rng, shared, narrow, atomics) for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
                 report["tried"] += 1
@@ -295,9 +334,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--shared", type=float, default=0.0,
                         help="the fraction of programs that are block programs with __shared__ memory and barriers")
+    parser.add_argument("--narrow", action="store_true",
+                        help="leaves also read x's bytes and halfwords (signed and unsigned) at computed indices")
+    parser.add_argument("--atomics", action="store_true",
+                        help="block programs use all ten atomics (min, max, exch, cas, inc, dec, ...) and keep their "
+                             "old values")
     args = parser.parse_args(argv)
     start = time.time()
-    report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared)
+    report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
+                  atomics=args.atomics)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])} "
           f"({time.time() - start:.0f} s)")

@@ -38,3 +38,15 @@ def test_the_reference_catches_a_wrong_machine_result():
     got = run_machine(case)
     assert got == right_c == list(np.arange(4) * 3 + 5)
     assert got != wrong_c
+
+
+def test_narrow_loads_and_every_atomic_match_the_host_c_compiler():
+    """--narrow (bytes and halfwords of x at computed indices) and --atomics (all ten atomics in block programs, old
+    values kept) on a short share; seed 3 found a loaded word used as a byte index taken for a word address."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(60, seed=3, batch=60, shared=0.5, narrow=True, atomics=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body or case.phases}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["ran"] >= 30, report["refused"]
+    assert set(report["refused"]) <= {"blocks; the ROM holds", "registers per lane"}, report["refused"]
+

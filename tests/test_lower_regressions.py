@@ -309,3 +309,27 @@ def test_a_byte_offset_the_machine_computes_read_as_a_value():
     x = [13, 6, -1, 8, 3, 22, 5, 7]
     want = [((v & 7) * 4) * 1000 + x[v & 7] for v in x[:4]]
     np.testing.assert_array_equal(run(OFFSET_AS_VALUE_PTX, 4, [0, 16], {16: x}, (0, 4)), want)
+
+
+LOADED_INDEX_CU = r"""
+extern "C" __global__ void k(int *out, const int *x) {
+  unsigned t = threadIdx.x;
+  out[t] = (int)((const unsigned char *)x)[(unsigned)out[t] & 31u] * 1000
+         + (int)((const signed char *)x)[((unsigned)x[t] >> 3) & 31u];
+}
+"""
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_loaded_word_used_as_a_byte_index(seed):
+    """Found by the fuzzer with --narrow (a wrong result, before the fix): NVRTC loads the index straight into a
+    64-bit register (``ld.global.u32 %rd7, [%rd6]; and.b64 %rd8, %rd7, 31``), which was taken for a word address
+    and scaled by 4; and ``shr.u64 %rd8, %rd7, 3`` of such a word was refused as depending on the high word."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**31, 2**31, 8)
+    out = rng.integers(-2**31, 2**31, 4)
+    xb = x.astype("<i4").view(np.uint8)
+    xs = x.astype("<i4").view(np.int8)
+    want = [int(xb[int(out[t]) & 31]) * 1000 + int(xs[((int(x[t]) & 0xFFFFFFFF) >> 3) & 31]) for t in range(4)]
+    np.testing.assert_array_equal(run(LOADED_INDEX_CU, 4, [0, 16], {0: out.tolist(), 16: x.tolist()}, (0, 4)), want)

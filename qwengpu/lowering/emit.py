@@ -108,7 +108,13 @@ class Emitter:
             if dst not in self.addresses or dst not in self.dynamic or guard_value(inst, read) == Const(0):
                 continue
             value = evaluate(inst, read, self.context)
-            if value is None or inst.base == "ld":
+            if value is None:
+                continue
+            if inst.base == "ld":
+                # A word (or narrower) loaded into a register that addresses use: a value, so a byte offset as it
+                # stands (``ld.global.u32 %rd7, [..]; and.b64 %rd8, %rd7, 31`` indexes bytes). 64-bit loads of
+                # pointers are refused where they are emitted.
+                definitions.append((dst, True, (), False))
                 continue
             if value != DYNAMIC:
                 definitions.append((dst, not self._whole_words(value), (), False))
@@ -983,12 +989,15 @@ class Emitter:
         if isinstance(value, Affine):
             ends = [value.coef * t + value.offset for t in (0, self.context.threads - 1)]
             return "u" if 0 <= min(ends) and max(ends) < (1 << 31) else None
-        if not isinstance(operand, Reg) or operand.name in seen or operand.name in self.addresses:
+        if not isinstance(operand, Reg) or operand.name in seen or (
+                operand.name in self.addresses and operand.name not in self.bytes):
             return None
         kinds = set()
         for inst in self.definitions.get(operand.name, []):
             typed = types(inst)
-            if inst.base == "cvt" and len(typed) == 2 and (bits_of(typed[1]) or 64) <= 32:
+            if inst.base == "ld" and "param" not in inst.modifiers and width(inst) <= 32:
+                kinds.add("s" if signed(inst) else "u")       # a word or narrower, extended into 64 bits
+            elif inst.base == "cvt" and len(typed) == 2 and (bits_of(typed[1]) or 64) <= 32:
                 kinds.add("s" if typed[1].startswith("s") else "u")
             elif inst.base == "mov" and isinstance(inst.operands[1], (Reg, Imm)):
                 kinds.add(self._extension(read, inst.operands[1], seen | {operand.name}))
@@ -1161,6 +1170,22 @@ class Emitter:
             else:
                 self.op("shr_u", (high, 0), (None, shift - 32), dst=dst)
             return
+        inst = self.inst
+        amount = read(sources(inst)[1])
+        if width(inst) == 64 and isinstance(amount, Const):
+            # A 64-bit right shift of a word zero- or sign-extended (``ld.global.u32 %rd`` then ``>> 3``): the
+            # 32-bit shift of its low word.
+            kind = self._extension(read, sources(inst)[0])
+            n = amount.value & 63
+            if kind == "u":
+                if n >= 32:
+                    self.op("a", (None, 0), dst=dst)
+                else:
+                    self.op("shr_u", self.src(read, 0), (None, n), dst=dst)
+                return
+            if kind == "s" and signed(inst):
+                self.op("shr_s", self.src(read, 0), (None, min(n, 31)), dst=dst)
+                return
         self._shift(read, dst, "shr_s" if signed(self.inst) else "shr_u")
 
     def _wide_product(self, read) -> Instruction | None:
