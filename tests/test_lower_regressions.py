@@ -333,3 +333,19 @@ def test_a_loaded_word_used_as_a_byte_index(seed):
     xs = x.astype("<i4").view(np.int8)
     want = [int(xb[int(out[t]) & 31]) * 1000 + int(xs[((int(x[t]) & 0xFFFFFFFF) >> 3) & 31]) for t in range(4)]
     np.testing.assert_array_equal(run(LOADED_INDEX_CU, 4, [0, 16], {0: out.tolist(), 16: x.tolist()}, (0, 4)), want)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_64_bit_shift_whose_result_is_masked_to_low_bits(seed):
+    """Found by the fuzzer with --narrow (refused before): ``neg.s64; xor.b64 ..., 168; shr.u64 ..., 3; and.b64
+    ..., 31``: the negated byte has a nonzero high word, but the and reads only bits the low word gives."""
+    src = ('extern "C" __global__ void k(int *out, const int *x) { unsigned t = threadIdx.x; '
+           'unsigned v = 169u ^ (-(unsigned)((const unsigned char *)x)[t * 5u]); '
+           'out[t] = ((const signed char *)x)[(v >> 3) & 31u]; }')
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2**31, 2**31, 8)
+    xb = x.astype("<i4").view(np.uint8)
+    xs = x.astype("<i4").view(np.int8)
+    want = [int(xs[(((169 ^ (-int(xb[t * 5])) & 0xFFFFFFFF) >> 3) & 31)]) for t in range(4)]
+    np.testing.assert_array_equal(run(src, 4, [0, 16], {16: x.tolist()}, (0, 4)), want)

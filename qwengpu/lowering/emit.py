@@ -1186,7 +1186,35 @@ class Emitter:
             if kind == "s" and signed(inst):
                 self.op("shr_s", self.src(read, 0), (None, min(n, 31)), dst=dst)
                 return
+            demanded = self._demanded_bits(dst)
+            if n < 32 and demanded is not None and demanded <= 32 - n:
+                # Only the result's low bits are read (``(v >> 3) & 31``): they come from the low word alone.
+                self.op("shr_u", self.src(read, 0), (None, n), dst=dst)
+                return
         self._shift(read, dst, "shr_s" if signed(self.inst) else "shr_u")
+
+    def _demanded_bits(self, register: str) -> int | None:
+        """How many low bits of a register its readers use, when each of them is an ``and`` with an immediate or a
+        narrowing ``cvt`` (None: some reader may use them all)."""
+        bits = 0
+        for inst in self.kernel.body:
+            if not isinstance(inst, Instruction):
+                continue
+            reads = [o for o in sources(inst) if isinstance(o, Reg) and o.name == register]
+            reads += [o for o in inst.operands if isinstance(o, Mem) and o.base == Reg(register)]
+            if inst.guard is not None and inst.guard.name == register:
+                return None
+            if not reads:
+                continue
+            ops = sources(inst)
+            if inst.base == "and" and len(ops) == 2 and any(isinstance(o, Imm) for o in ops):
+                mask = next(o.value for o in ops if isinstance(o, Imm)) & ((1 << 64) - 1)
+                bits = max(bits, mask.bit_length())
+            elif inst.base == "cvt" and len(types(inst)) == 2 and (bits_of(types(inst)[0]) or 64) <= 32:
+                bits = max(bits, bits_of(types(inst)[0]))
+            else:
+                return None
+        return bits
 
     def _wide_product(self, read) -> Instruction | None:
         """The ``mul.wide`` of two 32-bit values that a 64-bit right shift by 32..63 reads the high word of, when
