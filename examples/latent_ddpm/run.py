@@ -189,6 +189,7 @@ def export_web(folder: Path, setup: Setup, sch, checkpoints: list, xT: np.ndarra
                report: dict) -> None:
     """The page's files: model.json (schedule integers, checkpoints, the machines' noise and results) and
     decoder.bin (the decoder's float32 weights, little-endian: W1, b1, W2, b2)."""
+    folder.mkdir(parents=True, exist_ok=True)
     w = decoder.weights(setup.decoder)
     blob = b"".join(np.ascontiguousarray(w[k], dtype="<f4").tobytes() for k in ("W1", "b1", "W2", "b2"))
     (folder / "decoder.bin").write_bytes(blob)
