@@ -36,8 +36,14 @@ def test_cache_stays_bounded_over_1000_launches():
     for v in range(1000):
         dev.launch(kernel, threads=4, args=[0, 16, 4, v])
         assert kernel.cached_programs <= PROGRAM_CACHE
-    np.testing.assert_array_equal(dev.read(0, 4), x + 999)
-    assert kernel.cached_programs == PROGRAM_CACHE
+        np.testing.assert_array_equal(dev.read(0, 4), x + v)
+    # v only flows into an immediate: two lowerings serve every launch (v == 0 folds the add away, v != 0 does not);
+    # n decides which lanes store (i < n): a new shape per outcome, never more than PROGRAM_CACHE kept
+    assert kernel.lowerings == 2
+    for n in range(1, 200):
+        dev.launch(kernel, threads=4, args=[0, 16, n, 5])
+        assert kernel.cached_programs <= PROGRAM_CACHE
+    assert kernel.lowerings < 200
 
 
 @pytest.mark.parametrize("blocks,threads,n", [(2, 4, 6), (3, 4, 12), (2, 8, 13)])
@@ -299,3 +305,35 @@ def test_old_value_of_min_max_and_or_exch_cas_inc_dec_in_lane_order(which, threa
     dev.launch(dev.load_kernel(OLD_VALUES, "k"), threads=threads, args=[0, 8, 16, which])
     np.testing.assert_array_equal(dev.read(0, threads), words(out))
     np.testing.assert_array_equal(dev.read(8, 4), words(h_after))
+
+
+CIRCUIT_NEW = r"""
+extern "C" __global__ void k(int *out, int *h, const int *x) {
+  unsigned t = threadIdx.x;
+  int old = atomicMax(&h[x[t] & 1], x[t + 4]);
+  out[t] = old * 1000 + ((const unsigned char *)x)[((unsigned)x[t + 4] >> 2) & 31u];
+}
+"""
+
+
+def test_the_circuit_writes_the_interpreters_tokens_on_lane_order_atomics_and_computed_bytes():
+    """An atomic's old value (the lanes in turn, a uniform loop) and a byte at a computed offset (an address kept in
+    bytes) use only the machine's existing ops: the exact circuit writes the interpreter's tokens, and the words are
+    numpy's."""
+    h0 = [3, -7]
+    x = [0x10203040, 0x05060709, 0x0A0B0C0D, 0x7F001122, 9, -4, 12, 5]
+    xb = np.array(x, dtype=np.int64).astype("<i4").view(np.uint8)
+    h, want = list(h0), []
+    for t in range(4):
+        old = h[x[t] & 1]
+        h[x[t] & 1] = max(old, x[t + 4])
+        want.append(old * 1000 + int(xb[((x[t + 4] & MASK) >> 2) & 31]))
+    runs = {}
+    for backend in ("interpreter", "circuit"):
+        dev = Device(backend=backend)
+        dev.write(8, np.array(h0))
+        dev.write(16, np.array(x))
+        dev.launch(dev.load_kernel(CIRCUIT_NEW, "k"), threads=4, args=[0, 8, 16])
+        runs[backend] = (dev.read(0, 4).tolist(), dev.read(8, 2).tolist(), [(t.id, t.origin) for t in dev.tokens])
+    assert runs["interpreter"][:2] == (want, h)
+    assert runs["circuit"] == runs["interpreter"]
