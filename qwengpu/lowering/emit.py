@@ -2,8 +2,9 @@
 
 Forward branches are if-converted into lane predicates (so ``if (i != 0) return;`` lets one thread post a flag);
 backward branches stay real branches: uniform ones (``while (*flag < k) {}``) as the machine's branch on lane values.
-Registers that hold addresses (pointers.address_registers) are kept in words; every other register holds a plain
-value: 32-bit registers their value, narrower ones their value zero-extended (so unsigned compares need nothing),
+Registers that hold addresses (pointers.address_registers) are kept in words, or in bytes where a byte offset is
+not known to be a whole number of words (``Emitter.bytes``); every other register holds a plain value: 32-bit
+registers their value, narrower ones their value zero-extended (so unsigned compares need nothing),
 64-bit ones their low word. Each PTX instruction becomes a short sequence of the machine's ALU ops (isa.OPS); the
 table ``self.OPS`` names the method that builds each. Fences are no-ops: one warp runs at a time and stores leave in
 order. ``bar.sync`` is a no-op in a block of one warp; with several warps it becomes a marker that

@@ -2,9 +2,10 @@
 
 A PTX address is a byte address in a 64-bit register; the machine's addresses are words. A register whose value
 reaches the base of a memory operand (directly or through add / sub / mov / cvta / selp / and / or / xor of 64-bit
-registers) holds an address or a byte offset, and the machine keeps it in words (its value divided by 4). Every other
-register holds a plain value, whatever its width or multiplier: ``(int)(x > 0) * 8192`` is a value even though
-8192 is a multiple of 4.
+registers) holds an address or a byte offset, and the machine keeps it in words (its value divided by 4), or in
+bytes where the emitter cannot show it is a whole number of words (emit.Emitter.bytes). Every other register holds a
+plain value, whatever its width or multiplier: ``(int)(x > 0) * 8192`` is a value even though 8192 is a multiple
+of 4.
 
 Example::
 
