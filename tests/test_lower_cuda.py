@@ -337,3 +337,34 @@ def test_the_circuit_writes_the_interpreters_tokens_on_lane_order_atomics_and_co
         runs[backend] = (dev.read(0, 4).tolist(), dev.read(8, 2).tolist(), [(t.id, t.origin) for t in dev.tokens])
     assert runs["interpreter"][:2] == (want, h)
     assert runs["circuit"] == runs["interpreter"]
+
+
+EXCH_IN_A_DIVERGENT_LOOP = r"""
+extern "C" __global__ void k(int *out, int *h, const int *x) {
+  unsigned t = threadIdx.x; int acc = 0;
+  for (unsigned j = 0; j < ((unsigned)x[t] & 3u); j++) acc += atomicExch(&h[(t + j) & 1u], (int)(t * 10u + j));
+  out[t] = acc;
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [4, 6, 8])
+def test_old_values_in_a_divergent_loop_follow_the_warps_order(threads):
+    """atomicExch's old value inside a loop whose trip count differs across lanes: the lanes' turns run inside
+    each SIMT trip. The reference is Python stepping each warp the way a warp runs: trip by trip, the lanes still
+    looping in lane order."""
+    x, h0 = [3, 1, 2, 3, 0, 2, 3, 1], [-1, -2]
+    h, want = list(h0), [0] * threads
+    for base in range(0, threads, 4):
+        lanes = range(base, min(base + 4, threads))
+        for j in range(3):
+            for t in lanes:
+                if j < (x[t] & 3):
+                    i = (t + j) & 1
+                    want[t] += h[i]
+                    h[i] = t * 10 + j
+    dev = Device()
+    dev.write(8, np.array(h0))
+    dev.write(16, np.array(x))
+    dev.launch(dev.load_kernel(EXCH_IN_A_DIVERGENT_LOOP, "k"), threads=threads, args=[0, 8, 16])
+    assert dev.read(0, threads).tolist() == want and dev.read(8, 2).tolist() == h
