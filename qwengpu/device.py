@@ -17,7 +17,6 @@ Example::
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -28,7 +27,8 @@ from . import tokens as T
 from .tokenlog import TokenLog
 from .interpreter import Interpreter, Wait
 from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
-from .lowering import Program, lower
+from .lowering import Program
+from .specialize import Specializer
 from .ptx import parse
 from .toolchain import ptx_for
 
@@ -51,14 +51,15 @@ def make_backend(backend: str, **options):
     raise MachineError(f"unknown backend {backend!r}: the backends are 'interpreter', 'circuit' and 'model'")
 
 
-PROGRAM_CACHE = 64        # lowered programs kept per kernel (least recently launched dropped first)
+PROGRAM_CACHE = 64        # program shapes kept per kernel (least recently launched dropped first)
 
 
 @dataclass
 class Kernel:
     """A kernel loaded on a device: its parsed PTX, lowered per launch configuration (arguments are bound as
-    immediates). The lowered programs are kept in a bounded cache: launches whose arguments change every time (qccl's
-    flag counters) re-lower rather than grow memory without end.
+    immediates). Programs are lowered once per argument shape, not per launch (qwengpu.specialize: a launch whose
+    arguments lead the lowering to the same decisions reuses the program with its immediates recomputed, so qccl's
+    counting flag arguments lower once per step kind), and at most PROGRAM_CACHE shapes are kept per kernel.
 
     ``Kernel.from_program`` wraps ready-made machine blocks (tests, fuzzers, hand-written programs)::
 
@@ -72,7 +73,7 @@ class Kernel:
     ptx: object
     source: str
     fixed: Program | None = field(default=None, repr=False)
-    _programs: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _programs: Specializer | None = field(default=None, repr=False)
 
     @classmethod
     def from_program(cls, program: Program) -> "Kernel":
@@ -90,20 +91,19 @@ class Kernel:
                 raise MachineError(f"kernel {self.name} is a ready-made program and takes no arguments, got "
                                    f"{len(args)}")
             return self.fixed
-        key = (tuple(args), threads, block, blocks, shared)
-        if key in self._programs:
-            self._programs.move_to_end(key)
-            return self._programs[key]
-        program = lower(self.ptx, list(args), threads, block=block, blocks=blocks, shared=shared)
-        self._programs[key] = program
-        if len(self._programs) > PROGRAM_CACHE:
-            self._programs.popitem(last=False)
-        return program
+        if self._programs is None:
+            self._programs = Specializer(self.ptx, PROGRAM_CACHE)
+        return self._programs.program(args, threads, block=block, blocks=blocks, shared=shared)
 
     @property
     def cached_programs(self) -> int:
-        """How many lowered programs this kernel keeps now (at most PROGRAM_CACHE)."""
-        return len(self._programs)
+        """How many lowered program shapes this kernel keeps now (at most PROGRAM_CACHE)."""
+        return 0 if self._programs is None else len(self._programs)
+
+    @property
+    def lowerings(self) -> int:
+        """How many times this kernel's PTX was lowered (once per argument shape met)."""
+        return 0 if self._programs is None else self._programs.lowered
 
 
 @dataclass(frozen=True)

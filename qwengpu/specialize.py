@@ -1,0 +1,305 @@
+"""Lowered programs per argument shape, not per launch.
+
+The lowering binds a launch's arguments as constants, so every mode test folds away and a launch runs only the
+blocks it needs. Launches whose arguments change every time (qccl's flag counters: a training step's collectives
+count up) would each lower again, which was most of a training step's time. A ``Specializer`` lowers once with the
+arguments *traced*: each argument is a ``Traced`` int that behaves as its value and remembers how every value derived
+from it was computed, and every decision the lowering takes on one (a compare, a truth test, a hash, a conversion
+to a plain int) is recorded with its outcome. The program that comes out holds traced immediates where argument
+values flowed into it. Another launch reuses that program when every recorded decision comes out the same for its
+arguments: the lowering would then have run the same way, so its program is the same but for those immediates,
+which are recomputed from the new arguments. ``prim`` with new counters decides nothing new (``swait > 0`` is still
+true), so one lowering serves every step of a run.
+
+Why this is exact: the lowering is Python; Python only branches on an int through the methods ``Traced`` records
+(``__bool__``, the comparisons, ``__hash__``, ``__index__``, ``__int__``...), so equal outcomes mean the same path
+and the same operations, and arithmetic on traced values is replayed exactly by ``evaluate``. A value the lowering
+only formats (a listing line) is not a decision; the listing is rebuilt for each program.
+
+    >>> from qwengpu.ptx import parse
+    >>> from qwengpu.toolchain import ptx_for
+    >>> spec = Specializer(parse(ptx_for("qccl/kernels/prim.cu")).kernels["prim"])    # doctest: +SKIP
+    >>> spec.program(args, threads=4)                                                   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+import threading
+from collections import OrderedDict
+
+from .lowering import Program, lower
+
+_state = threading.local()      # the decisions of the lowering running in this thread
+
+
+def _record(kind: str, expr, other, outcome):
+    decisions = getattr(_state, "decisions", None)
+    if decisions is not None:
+        decisions.append((kind, expr, other, outcome))
+    return outcome
+
+
+def _expr(x):
+    return x.expr if isinstance(x, Traced) else x
+
+
+_ARITHMETIC = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "floordiv": operator.floordiv,
+    "mod": operator.mod, "lshift": operator.lshift, "rshift": operator.rshift, "and": operator.and_,
+    "or": operator.or_, "xor": operator.xor, "pow": operator.pow,
+}
+_UNARY = {"neg": operator.neg, "pos": operator.pos, "invert": operator.invert, "abs": operator.abs}
+_DECISIONS = {
+    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "bool": lambda a, _: bool(a), "hash": lambda a, _: hash(a), "int": lambda a, _: int(a),
+    "float": lambda a, _: float(a), "bit_length": lambda a, _: a.bit_length(), "bit_count": lambda a, _: a.bit_count(),
+    "truediv": operator.truediv, "rtruediv": lambda a, b: b / a, "divmod": divmod, "rdivmod": lambda a, b: divmod(b, a),
+}
+
+
+def evaluate(expr, args):
+    """The value of a traced expression for these arguments (plain ints)."""
+    if not isinstance(expr, tuple):
+        return expr
+    kind = expr[0]
+    if kind == "arg":
+        return args[expr[1]]
+    if kind in _UNARY:
+        return _UNARY[kind](evaluate(expr[1], args))
+    return _ARITHMETIC[kind](evaluate(expr[1], args), evaluate(expr[2], args))
+
+
+def _binary(name):
+    def method(self, other):
+        if not isinstance(other, int):
+            return NotImplemented
+        value = getattr(int, f"__{name}__")(self, other)
+        if value is NotImplemented:
+            return value
+        return Traced(value, (name, self.expr, _expr(other)))
+    return method
+
+
+def _reflected(name):
+    def method(self, other):
+        if not isinstance(other, int):
+            return NotImplemented
+        value = getattr(int, f"__r{name}__")(self, other)
+        if value is NotImplemented:
+            return value
+        return Traced(value, (name, _expr(other), self.expr))
+    return method
+
+
+def _unary(name):
+    def method(self):
+        return Traced(getattr(int, f"__{name}__")(self), (name, self.expr))
+    return method
+
+
+def _decision(name, base):
+    def method(self, *other):
+        outcome = base(self, *other)
+        if outcome is NotImplemented:       # Python asks the other operand next; nothing was decided on our value
+            return outcome
+        return _record(name, self.expr, tuple(_expr(o) for o in other), outcome)
+    return method
+
+
+class Traced(int):
+    """An int that remembers how it was computed from the launch arguments (``expr``) and records the decisions
+    taken on it."""
+
+    def __new__(cls, value: int, expr):
+        self = int.__new__(cls, value)
+        self.expr = expr
+        return self
+
+    def __repr__(self):
+        return int.__repr__(self)
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return int.__format__(int.__int__(self), spec)
+
+    for _name in _ARITHMETIC:
+        locals()[f"__{_name}__"] = _binary(_name)
+        locals()[f"__r{_name}__"] = _reflected(_name)
+    for _name in _UNARY:
+        locals()[f"__{_name}__"] = _unary(_name)
+    for _name in ("eq", "ne", "lt", "le", "gt", "ge", "truediv", "rtruediv", "divmod", "rdivmod"):
+        locals()[f"__{_name}__"] = _decision(_name, getattr(int, f"__{_name}__"))
+    __bool__ = _decision("bool", int.__bool__)
+    __hash__ = _decision("hash", int.__hash__)
+    __index__ = _decision("int", int.__index__)
+    __int__ = _decision("int", int.__int__)
+    __float__ = _decision("float", int.__float__)
+    __trunc__ = __floor__ = __ceil__ = __round__ = _decision("int", lambda self, *_: int.__int__(self))
+    bit_length = _decision("bit_length", int.bit_length)
+    bit_count = _decision("bit_count", int.bit_count)
+
+    def to_bytes(self, *args, **kwargs):
+        return int.to_bytes(_record("int", self.expr, (), int.__int__(self)), *args, **kwargs)
+
+    @property
+    def real(self):
+        return _record("int", self.expr, (), int.__int__(self))
+
+    numerator = real
+
+    def __reduce__(self):           # a copy is a plain int: the trace stays with the lowering
+        return (int, (int.__int__(self),))
+
+    del _name
+
+
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%", "lshift": "<<", "rshift": ">>",
+            "and": "&", "or": "|", "xor": "^", "pow": "**", "neg": "-", "pos": "+", "invert": "~",
+            "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _source(expr) -> str:
+    """Python source computing a traced expression from the arguments ``a``."""
+    if not isinstance(expr, tuple):
+        return repr(expr)
+    kind = expr[0]
+    if kind == "arg":
+        return f"a[{expr[1]}]"
+    if kind == "abs":
+        return f"abs({_source(expr[1])})"
+    if kind in _UNARY:
+        return f"({_SYMBOLS[kind]}{_source(expr[1])})"
+    return f"({_source(expr[1])} {_SYMBOLS[kind]} {_source(expr[2])})"
+
+
+def _test(decisions):
+    """One function that tells whether every decision comes out as recorded for arguments ``a``: the checks are
+    generated as Python source once per template (a launch runs hundreds of them)."""
+    terms = []
+    for kind, expr, others, outcome in decisions:
+        x = _source(expr)
+        if kind in _SYMBOLS:
+            terms.append(f"(({x} {_SYMBOLS[kind]} {_source(others[0])}) == {outcome!r})")
+        else:
+            other = f", {_source(others[0])}" if others else ", None"
+            terms.append(f"(D[{kind!r}]({x}{other}) == {outcome!r})")
+    return eval("lambda a: " + (" and ".join(terms) or "True"),      # noqa: S307 (source built here)
+                {"D": _DECISIONS, "nan": float("nan"), "inf": float("inf")})
+
+
+def _freeze(decision):
+    """A decision with plain values (hashable, and no traced int left to record more decisions)."""
+    kind, expr, others, outcome = decision
+    return kind, _plain(expr), _plain(others), _plain(outcome)
+
+
+def _plain(x):
+    """A program value with every Traced int made plain (tuples and frozen dataclasses rebuilt)."""
+    if isinstance(x, Traced):
+        return int.__int__(x)
+    if isinstance(x, tuple):
+        return tuple(_plain(v) for v in x)
+    if isinstance(x, (list, frozenset, set)):
+        return type(x)(_plain(v) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        changes = {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        return dataclasses.replace(x, **changes) if any(
+            changes[k] is not getattr(x, k) for k in changes) else x
+    return x
+
+
+def _holes(x):
+    """Does this program value hold a traced int?"""
+    if isinstance(x, Traced):
+        return True
+    if isinstance(x, (tuple, list, frozenset, set)):
+        return any(_holes(v) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return any(_holes(getattr(x, f.name)) for f in dataclasses.fields(x))
+    return False
+
+
+def _fill(x, args):
+    """A program value with each traced int replaced by its expression's value for ``args``."""
+    if isinstance(x, Traced):
+        return evaluate(x.expr, args)
+    if isinstance(x, tuple):
+        return tuple(_fill(v, args) for v in x)
+    if isinstance(x, (list, frozenset, set)):
+        return type(x)(_fill(v, args) for v in x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return dataclasses.replace(x, **{f.name: _fill(getattr(x, f.name), args) for f in dataclasses.fields(x)})
+    return x
+
+
+@dataclasses.dataclass
+class Template:
+    """One traced lowering: the decisions it took, its program with traced immediates, and that program for the
+    arguments it was lowered with."""
+    decisions: list
+    traced: Program
+    holes: list                  # indices of the blocks that hold traced immediates
+    plain: list                  # the blocks without traces (those without holes are every launch's)
+
+    def __post_init__(self):
+        self.fits = _test(self.decisions)
+
+    def program(self, args) -> Program:
+        blocks = list(self.plain)
+        listing = list(self.traced.listing)
+        for i in self.holes:
+            blocks[i] = _fill(self.traced.blocks[i], args)
+            old = f"b{i:<2} {_plain(self.traced.blocks[i])}"
+            listing[i] = f"b{i:<2} {blocks[i]}" + listing[i][len(old):]
+        return dataclasses.replace(self.traced, blocks=blocks, listing=listing,
+                                   reserved=_fill(self.traced.reserved, args),
+                                   cleared=_fill(self.traced.cleared, args),
+                                   barrier_exits=_fill(self.traced.barrier_exits, args),
+                                   registers=int(_fill(self.traced.registers, args)))
+
+
+class Specializer:
+    """The lowered programs of one PTX kernel, one traced lowering per launch shape (thread count, grid, shared
+    bytes, and the decisions its arguments lead to), at most ``limit`` of them (least recently used dropped)."""
+
+    def __init__(self, kernel, limit: int = 64):
+        self.kernel = kernel
+        self.limit = limit
+        self.templates: OrderedDict = OrderedDict()     # (threads, block, blocks, shared, n) -> [Template]
+        self.lowered = 0                                # traced lowerings run (for tests and benchmarks)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.templates.values())
+
+    def program(self, args, threads: int, block: int = 0, blocks: int = 1, shared: int = 0) -> Program:
+        args = tuple(int(a) for a in args)
+        shape = (threads, block, blocks, shared, len(args))
+        candidates = self.templates.get(shape, [])
+        for i, template in enumerate(candidates):
+            if template.fits(args):
+                self.templates.move_to_end(shape)
+                candidates.insert(0, candidates.pop(i))         # the next launch most likely fits it again
+                return template.program(args)
+        template = self._trace(args, threads, block, blocks, shared)
+        self.templates.setdefault(shape, []).insert(0, template)
+        self.templates.move_to_end(shape)
+        while len(self) > self.limit:
+            oldest = next(iter(self.templates))
+            self.templates[oldest].pop()
+            if not self.templates[oldest]:
+                del self.templates[oldest]
+        return template.program(args)
+
+    def _trace(self, args, threads, block, blocks, shared) -> Template:
+        traced_args = [Traced(a, ("arg", i)) for i, a in enumerate(args)]
+        _state.decisions = decisions = []
+        try:
+            program = lower(self.kernel, traced_args, threads, block=block, blocks=blocks, shared=shared)
+        finally:
+            _state.decisions = None
+        self.lowered += 1
+        holes = [i for i, b in enumerate(program.blocks) if _holes(b)]
+        unique = list(dict.fromkeys(_freeze(d) for d in decisions))
+        return Template(unique, program, holes, [_plain(b) for b in program.blocks])
