@@ -1,40 +1,57 @@
 #!/usr/bin/env bash
-# The GPU check, one prepared script for a lent machine (an H200): installs CuPy, nccl4py and the NCCL wheel into the
-# project venv, runs the CuPy transport's tests and the NCCL comparison, and writes the figures under OUT.
+# The GPU checks, one prepared script for a lent machine (an H200 with CUDA, PyTorch and CuPy, no network):
 #   bash bench/gpu_check.sh [OUT]        (OUT defaults to $OUT, else ./gpu_figures)
-# Exit status: that of the tests, or of the comparison when the tests pass. Every step has a time limit.
+# Wheels the machine lacks travel in .whl/ (nccl4py 0.6, cuda-core 1.x, cuda-pathfinder, transformers 5.23: see
+# README "GPU figures"); they are installed into /tmp/site, qccl itself with pip -e (no dependencies fetched).
+# Then: the CuPy transport's tests, the NCCL comparison (2 ranks on one GPU), nccl-tests-style CuPy figures and the
+# bf16 model's exactness and speed (bench/model_gpu.py). Every step has a time limit; its output lands in OUT.
+# STEPS (default "tests nccl_compare perf_cupy model_gpu") picks steps; MODEL_GPU_ARGS adds arguments to model_gpu.
+# Exit status: the first failing step's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-${OUT:-gpu_figures}}"
 mkdir -p "$OUT"
-PY=.venv/bin/python
-if [ ! -x "$PY" ]; then
-    python3 -m venv .venv && timeout 900 .venv/bin/pip install -q -e '.[test]' || exit 2
+export PYTHONUNBUFFERED=1
+PY="${PYTHON:-python3}"
+if ls .whl/*.whl > /dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        > "$OUT/install.txt" 2>&1 || { echo "wheels failed: see $OUT/install.txt"; exit 3; }
+    export PYTHONPATH=/tmp/site
 fi
+$PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >> "$OUT/install.txt" 2>&1 ||
+    { cat "$OUT/install.txt"; exit 3; }
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: none"
-} > "$OUT/machine.txt" 2>&1
-# CuPy for CUDA 12, nccl4py (import nccl.core) and NCCL 2.30+ (several ranks on one GPU needs 2.30)
-timeout 900 .venv/bin/pip install -q "cupy-cuda12x>=13" "nccl4py==0.6.*" "nvidia-nccl-cu12>=2.30" \
-    > "$OUT/install.txt" 2>&1 || { echo "install failed: see $OUT/install.txt"; exit 3; }
-$PY - >> "$OUT/machine.txt" 2>&1 <<'PYEOF'
-import cupy, importlib.metadata as md
-print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount())
-for d in ("nccl4py", "nvidia-nccl-cu12"):
+    $PY - <<'PYEOF'
+import importlib.metadata as md
+for d in ("torch", "transformers", "cupy-cuda13x", "cupy-cuda12x", "nccl4py", "nvidia-nccl-cu13", "nvidia-nccl-cu12",
+          "cuda-core", "numpy"):
     try:
         print(d, md.version(d))
     except md.PackageNotFoundError:
-        print(d, "absent")
+        pass
 PYEOF
-timeout 900 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs > "$OUT/tests.txt" 2>&1
-tests=$?
-export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30, experimental, no NVLS)
-timeout 900 $PY -m qccl_bench.nccl_compare --ranks 2 --count 4096 --dtypes int32,uint32,int8,int64,float16,float32,float64 \
-    --json "$OUT/nccl_compare.json" > "$OUT/nccl_compare.txt" 2>&1
-compare=$?
-timeout 600 $PY -m qccl_bench.perf all_reduce all_gather -b 4 -e 256 -g 2 --transport cupy \
-    -d all -J "$OUT/perf_cupy.json" > "$OUT/perf_cupy.txt" 2>&1
-echo "tests exit $tests, comparison exit $compare; figures in $OUT"
-[ "$tests" -ne 0 ] && exit "$tests"
-exit "$compare"
+} > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+status=0
+STEPS="${STEPS:-tests nccl_compare perf_cupy model_gpu}"
+step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to OUT/NAME.txt, remember a failure
+    local name=$1 limit=$2; shift 2
+    case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    local rc=$?
+    echo "$name: exit $rc in $((SECONDS - t0)) s"
+    tail -4 "$OUT/$name.txt"
+    [ "$status" -eq 0 ] && [ "$rc" -ne 0 ] && status=$rc
+    return 0
+}
+step tests 150 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs
+export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30+, experimental, no NVLS)
+step nccl_compare 100 $PY -m qccl_bench.nccl_compare --ranks 2 --count 4096 --backends nccl,cupy \
+    --dtypes int32,uint32,int8,uint8,int64,uint64,float16,float32,float64 --json "$OUT/nccl_compare.json"
+step perf_cupy 40 $PY -m qccl_bench.perf all_reduce all_gather -b 4 -e 256 -g 2 --transport cupy -d int32
+step model_gpu 240 $PY -m qccl_bench.model_gpu --steps 200 --ranks 1,4,8 ${MODEL_GPU_ARGS:-}
+echo "gpu_check: exit $status; figures in $OUT"
+exit "$status"

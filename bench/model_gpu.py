@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m qccl_bench.model_gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--checkpoint", default=None, help="a merged (or compiled) checkpoint; default: compile")
-    parser.add_argument("--ranks", default="1,4,8")
+    parser.add_argument("--ranks", default="1,4,8", help="ranks batched per measurement; none: no decode figures")
     parser.add_argument("--steps", type=int, default=400, help="decode steps per measurement")
     parser.add_argument("--no-table", action="store_true", help="skip the seed's table")
     parser.add_argument("--no-report", action="store_true", help="skip the per-layer exactness report")
@@ -194,9 +194,11 @@ def main(argv=None) -> int:
                   f"{report.mismatches} mismatches, min margin {report.min_margin:g}", flush=True)
             del backend
     shared = ModelBackend(checkpoint=args.checkpoint, dtype="bfloat16", device=args.device)
-    print("| ranks batched | decode step | tokens/s per rank | tokens/s all ranks | mismatches |")
-    print("|---------------|-------------|-------------------|--------------------|------------|")
-    for ranks in [int(r) for r in args.ranks.split(",")]:
+    batches = [] if args.ranks == "none" else [int(r) for r in args.ranks.split(",")]
+    if batches:
+        print("| ranks batched | decode step | tokens/s per rank | tokens/s all ranks | mismatches |")
+        print("|---------------|-------------|-------------------|--------------------|------------|")
+    for ranks in batches:
         streams = list(record_allreduce(max(ranks, 2), 16).values())[:ranks]
         rate, mismatches, mode = decode_rate(shared.model, streams, args.steps, args.device, shared.offset)
         failures += mismatches

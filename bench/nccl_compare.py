@@ -7,7 +7,11 @@ and numpy), time, algbw / busbw (nccl-tests' factors) and, for QLink, the tokens
 Several ranks share one GPU in NCCL only with NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental, 2 ranks per GPU, no NVLS):
 the script sets it when there are more ranks than GPUs. Without CuPy or a GPU, NCCL and the CuPy transport are
 reported as skipped with the reason and QLink still runs (exit 0); a result that differs exits 1. QLink reduces
-int32 / uint32 (float reductions on QwenGPUs are another piece of work): other dtypes are skipped there.
+int32 / uint32 and, in software floating point, float32 / float16 (qccl/kernels/fprim.cu); its other dtypes' reductions
+are skipped. numpy has no bfloat16: tests/test_cupy_transport.py checks that dtype through torch tensors.
+
+Inputs: with 2 ranks, random floats (every element is one add, the same bits in any order, so NCCL, the CuPy
+transport, QLink and numpy must agree bit for bit); with more ranks, small integers, exact in every order.
 """
 from __future__ import annotations
 
@@ -27,9 +31,12 @@ REDUCING = ("allreduce", "reduce_scatter", "reduce")
 
 
 def inputs(kind: str, n: int, count: int, dtype: str, seed: int) -> list:
-    """Small integers: exact in every dtype, so every reduction order gives the same bits."""
+    """Random floats on 2 ranks (one add per element: the same bits in any order); otherwise small integers, exact
+    in every dtype, so every reduction order gives the same bits."""
     rng = np.random.default_rng(seed)
     per = count * n if kind == "reduce_scatter" else count
+    if n == 2 and _np(dtype).kind == "f":
+        return [(rng.standard_normal(per) * 100).astype(_np(dtype)) for _ in range(n)]
     return [rng.integers(-3, 4, per).astype(np.float32).astype(_np(dtype)) for _ in range(n)]
 
 
@@ -91,14 +98,19 @@ def _nccl_op(nc, name="sum"):
     return 0        # ncclSum
 
 
+_NCCL: dict = {}        # ranks -> (communicators, devices), made once per run
+
+
 def run_nccl(kind, x, count, root=0):
     """NCCL through nccl4py: every rank in this process (init_all), on the GPUs round-robin."""
     import cupy
     import nccl.core as nc
     n = len(x)
-    ndev = cupy.cuda.runtime.getDeviceCount()
-    devices = [r % ndev for r in range(n)]
-    comms = nc.Communicator.init_all(devices=devices)
+    if n not in _NCCL:
+        ndev = cupy.cuda.runtime.getDeviceCount()
+        devices = [r % ndev for r in range(n)]
+        _NCCL[n] = (nc.Communicator.init_all(devices=devices), devices)
+    comms, devices = _NCCL[n]
     xs, ys, streams = [], [], []
     for r in range(n):
         with cupy.cuda.Device(devices[r]):
@@ -128,10 +140,31 @@ def run_nccl(kind, x, count, root=0):
     for s in streams:
         s.synchronize()
     wall = time.perf_counter() - t0
-    out = [cupy.asnumpy(y) for y in ys]
-    for c in comms:
-        c.destroy()
-    return out, wall
+    return [cupy.asnumpy(y) for y in ys], wall
+
+
+def nccl_reason(ranks: int) -> str:
+    """'' when NCCL can run ``ranks`` ranks here, else why not (nccl4py missing, or several ranks per GPU before
+    NCCL 2.30, which refuses them as duplicate GPUs)."""
+    try:
+        import cupy
+        import nccl.core as nc
+        lib = nc.get_version().libnccl.version
+    except Exception as e:      # noqa: BLE001
+        return f"no NCCL: {type(e).__name__}: {e}"
+    devices = cupy.cuda.runtime.getDeviceCount()
+    if ranks > devices and (lib.major, lib.minor) < (2, 30):
+        return (f"NCCL {lib} runs one rank per GPU; {ranks} ranks on {devices} GPU(s) need NCCL 2.30 or later "
+                "(NCCL_MULTI_RANK_GPU_ENABLE=1)")
+    return ""
+
+
+def nccl_version() -> str:
+    try:
+        import nccl.core as nc
+        return str(nc.get_version())
+    except Exception as e:      # noqa: BLE001
+        return f"unavailable: {type(e).__name__}: {e}"
 
 
 def gpu_reason() -> str:
@@ -156,9 +189,13 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=1024)
     ap.add_argument("--qlink-count", type=int, default=64, help="QwenGPUs are slow: their calls use this count")
     ap.add_argument("--dtypes", default="int32,float32")
+    ap.add_argument("--backends", default="nccl,cupy,qlink", help="which of nccl, cupy, qlink to run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    backends = a.backends.split(",")
+    if not backends or set(backends) - {"nccl", "cupy", "qlink"}:
+        ap.error(f"--backends {a.backends}: a comma-separated list of nccl, cupy, qlink")
     reason = gpu_reason()
     if not reason:
         try:
@@ -167,8 +204,10 @@ def main(argv=None) -> int:
                 os.environ.setdefault("NCCL_MULTI_RANK_GPU_ENABLE", "1")
         except Exception:       # noqa: BLE001
             pass
+    why_not = {"nccl": reason or ("nccl" in backends and nccl_reason(a.ranks)), "cupy": reason}
     rows, bad = [], 0
-    print(f"# nccl_compare: {a.ranks} ranks; GPU: {reason or 'yes'}")
+    print(f"# nccl_compare: {a.ranks} ranks; GPU: {reason or 'yes'}; NCCL (nccl4py): "
+          f"{nccl_version() if 'nccl' in backends and not reason else 'not run'}")
     print(f"# {'collective':15s} {'dtype':8s} {'backend':6s} {'count':>6s} {'result':10s} {'time(us)':>10s} "
           f"{'algbw':>9s} {'busbw':>9s} {'tokens/rank':>11s}")
     cupy_comms = None
@@ -176,14 +215,14 @@ def main(argv=None) -> int:
         for i, kind in enumerate(KINDS):
             root = i % a.ranks
             results = {}
-            for backend in ("nccl", "cupy", "qlink"):
+            for backend in backends:
                 count = a.qlink_count if backend == "qlink" else a.count
                 row = {"collective": kind, "dtype": dtype, "backend": backend, "count": count}
                 x = inputs(kind, a.ranks, count, dtype, a.seed + i)
                 want = numpy_result(kind, x, count, root)
                 try:
-                    if backend in ("nccl", "cupy") and reason:
-                        raise RuntimeError(f"skipped: {reason}")
+                    if why_not.get(backend):
+                        raise RuntimeError(f"skipped: {why_not[backend]}")
                     if backend == "nccl":
                         y, wall = run_nccl(kind, x, count, root)
                         tokens = None
@@ -192,8 +231,14 @@ def main(argv=None) -> int:
                         y, wall, _ = run_qccl(cupy_comms, kind, x, count, root)
                         tokens = None
                     else:
-                        if dtype not in qccl.get_transport("qlink").dtypes and kind in REDUCING:
-                            raise RuntimeError(f"skipped: QLink reduces {qccl.get_transport('qlink').dtypes}")
+                        qlink = qccl.get_transport("qlink")
+                        if kind in REDUCING:
+                            try:
+                                if dtype not in qlink.dtypes:
+                                    raise qccl.InvalidArgument(f"QLink reduces {', '.join(qlink.dtypes)}")
+                                qlink.check_reduction(dtype, "sum")
+                            except qccl.InvalidArgument as e:
+                                raise RuntimeError(f"skipped: {e}") from e
                         y, wall, tokens = run_qccl(qccl.Communicator.init_all(a.ranks), kind, x, count, root)
                     ok = all(same(y[r], want[r]) for r in range(a.ranks))
                     results[backend] = (count, y)

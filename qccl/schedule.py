@@ -45,7 +45,7 @@ def max_chunk(heap: Heap, kind: str, algo: str) -> int:
     """The most words per chunk a collective's schedule can use on ``heap`` (what it uses unless a tuner chose
     fewer): the ring's slot; multicast AllReduce min(slot, window / n) (a round's n blocks fill one window),
     AllGather window / n, Broadcast the window. Fewer words per chunk mean more steps (more launches, more tokens)
-    and never a different result.
+    and, for integers, never a different result (a float sum's order follows the chunking: Scheduler.per).
 
     >>> max_chunk(Heap(4, 0), "allreduce", "multicast")
     4
@@ -108,6 +108,9 @@ class Scheduler:
         self.dtype, self.op, self.note = dtype, op, note
         # a float reduction on devices without floating point: the reduce steps run fprim (see _fstep)
         self.fmt = FP_FORMATS.get(dtype) if soft_float else None
+        # elements per block unit: 16-bit floats reduced an element an address are cut in pairs, where a device
+        # without floating point holds them, a word each pair (see per: the same adds in the same order)
+        self.grain = 2 if self.fmt is None and dtype in (DataType.BFLOAT16, DataType.FLOAT16) else 1
 
     # -- building blocks ---------------------------------------------------------------------------------------------
     def _op_bits(self, final: bool) -> int:
@@ -261,8 +264,9 @@ class Scheduler:
     def _rounds(self, count: int, per: int):
         """A ring-split collective (runRing's AllReduce shape) works in rounds of up to n x ``per`` elements, each cut
         into n blocks of k = ceil(m / n): yields (round offset, round size m, k)."""
+        g = self.grain
         for off, m in self._chunks(count, self.nranks * per):
-            yield off, m, -(-m // self.nranks)
+            yield off, m, -(-m // (self.nranks * g)) * g
 
     @staticmethod
     def _block(b: int, off: int, m: int, k: int) -> tuple[int, int]:
@@ -277,13 +281,23 @@ class Scheduler:
                 yield st, lo, hi
 
     def per(self, kind: str, algo: str, chunk: int | None = None) -> int:
-        """The words per chunk a call runs with: ``chunk`` (a tuner's choice), at most :func:`max_chunk`."""
+        """The words per chunk a call runs with: ``chunk`` (a tuner's choice), at most :func:`max_chunk`.
+
+        A float reduction's sum depends on the order of its adds, which the chunking decides (the ring block an
+        element falls in picks the rank its chain starts at). So every transport cuts floats alike: the chunk of
+        devices without floating point (fprim keeps its scratch in the staging words' second half, and runs at most
+        LANES lanes), in their words, where two 16-bit floats share a word; a transport that holds an element an
+        address (CuPy) takes twice as many 16-bit elements (so at most half the addresses are counted as words),
+        and :meth:`_rounds` cuts its blocks in pairs."""
         most = max_chunk(self.heap, kind, algo)
-        if self.fmt is not None and kind in ("allreduce", "reduce", "reduce_scatter"):
-            most = min(most, self.heap.staging_words // 2, LANES)     # fprim's scratch: the staging words' 2nd half
-            if most < 1:
+        if self.dtype in FP_FORMATS and kind in ("allreduce", "reduce", "reduce_scatter"):
+            words = min(most, self.heap.staging_words // 2, LANES)
+            if self.dtype in (DataType.BFLOAT16, DataType.FLOAT16):
+                words = min(words, most // 2)       # its elements fit where each takes an address
+            if words < 1:
                 raise InvalidArgument(f"{self.dtype} reductions need slot_words >= 2 (fprim keeps its scratch words "
                                       f"in the staging words); this communicator has {self.heap.staging_words}")
+            return self.grain * (words if chunk is None else min(int(chunk), words))
         return most if chunk is None else min(int(chunk), most)
 
     def allreduce(self, send: Buffer, recv: Buffer, count: int, algo: str = "ring", chunk: int | None = None) -> None:

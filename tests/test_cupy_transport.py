@@ -401,3 +401,54 @@ def test_the_safe_order_finishes_on_the_queued_double(monkeypatch):
     for kind, algo in (("allreduce", None), ("allreduce", "multicast"), ("sendrecv", None)):
         y, want = _run(comms, kind, np.int64, count=13, algo=algo, seed=5)
         assert all(np.array_equal(a, b) for a, b in zip(y, want)), kind
+
+
+
+def _float_sums_agree(dtype: str, n: int, kind: str, algo) -> None:
+    """Random floats, not small integers: rounding makes the order of the adds visible. The CuPy transport runs
+    qccl's one schedule with the float chunking of devices without floating point (qccl.schedule.Scheduler.per), so
+    every element is added in the order the QwenGPUs add it (the threads transport: fprim on the interpreter), and
+    the bits must agree."""
+    torch = pytest.importorskip("torch")
+    count = 37
+    tdt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(3)
+    per = count * n if kind == "reduce_scatter" else count
+    xs = [(torch.randn(per, generator=gen) * 100).to(tdt) for _ in range(n)]
+    out = {}
+    for transport in ("cupy", "threads"):
+        comms = qccl.Communicator.init_all(n, transport=transport)
+        ys = [torch.zeros(count, dtype=tdt) for _ in range(n)]
+        with qccl.group():
+            for c in comms:
+                if kind == "allreduce":
+                    c.allreduce(xs[c.rank], ys[c.rank], "sum", algo=algo)
+                elif kind == "reduce":
+                    c.reduce(xs[c.rank], ys[c.rank], "sum", 1)
+                else:
+                    c.reduce_scatter(xs[c.rank], ys[c.rank], "sum")
+        out[transport] = ys
+    exact = sum(x.double() for x in xs)         # a sanity bound: the ring's sum is close to the exact one
+    for r in range(n) if kind != "reduce" else (1,):
+        a, b = out["cupy"][r], out["threads"][r]
+        assert torch.equal(a.view(torch.int16 if a.element_size() == 2 else torch.int32),
+                           b.view(torch.int16 if b.element_size() == 2 else torch.int32)), (dtype, kind, algo, r)
+        want = exact[r * count:(r + 1) * count] if kind == "reduce_scatter" else exact
+        assert torch.allclose(a.double(), want, rtol=0.05, atol=1.0)
+
+
+CASES = [(4, "allreduce", "ring"), (3, "allreduce", "multicast"), (4, "allreduce", "multicast"),
+         (3, "reduce_scatter", None), (4, "reduce", None)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("n,kind,algo", CASES)
+def test_float_sums_equal_the_qwengpus_bit_for_bit_on_the_double(fake, dtype, n, kind, algo):
+    _float_sums_agree(dtype, n, kind, algo)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("n,kind,algo", CASES)
+def test_on_a_gpu_float_sums_equal_the_qwengpus_bit_for_bit(dtype, n, kind, algo):
+    _gpu()
+    _float_sums_agree(dtype, n, kind, algo)
