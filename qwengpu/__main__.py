@@ -3,6 +3,7 @@
     python -m qwengpu asm qwengpu/kernels/vadd.cu --args 0,16,32,16 --threads 16
     python -m qwengpu asm qwengpu/kernels/idioms.cu --kernel saxpy --args 0,32,3,13 --threads 4 --blocks 2
     python -m qwengpu trace qwengpu/kernels/vadd.cu --kernel vadd --args 0,16,32,4 --threads 4
+    python -m qwengpu asm my_kernel.cu --kernel reverse --args 0,8 --threads 8 --shared 32   # extern __shared__
 
 ``asm`` prints each kernel's machine blocks (registers and ROM use) for a launch configuration; without --args every
 argument is 0 (pointers at word 0). ``trace`` runs one launch on the interpreter and prints its records.
@@ -32,7 +33,7 @@ def asm(args) -> int:
     for name in names:
         kernel = device.load_kernel(args.file, name)
         values = _arguments(args.args, len(kernel.ptx.params))
-        program = kernel.program(tuple(values), args.threads, 0, args.blocks)
+        program = kernel.program(tuple(values), args.threads, 0, args.blocks, args.shared)
         stores = sum(block.stores for block in program.blocks)
         print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args={values} threads={args.threads} "
               f"blocks={args.blocks}: {len(program.blocks)}/{ROM_BLOCKS} ROM blocks, {program.registers}/{REGISTERS} "
@@ -49,7 +50,7 @@ def trace(args) -> int:
     values = _arguments(args.args, len(kernel.ptx.params))
     for block in range(args.blocks):
         start = len(device.tokens)
-        device.start(kernel, args.threads, values, block=block, blocks=args.blocks)
+        device.start(kernel, args.threads, values, block=block, blocks=args.blocks, shared=args.shared)
         print(" ".join(str(t) for t in device.tokens[start:]))
         while device.busy:
             record = device.step()
@@ -70,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--args", help="comma-separated launch arguments (ints; pointers are word addresses)")
         p.add_argument("--threads", type=int, default=4, help="threads per block")
         p.add_argument("--blocks", type=int, default=1, help="blocks in the grid (run one after another)")
+        p.add_argument("--shared", type=int, default=0,
+                       help="bytes of dynamic shared memory for extern __shared__ arrays (CUDA's third launch parameter)")
         p.set_defaults(run=fn)
     args = parser.parse_args(argv)
     try:

@@ -374,3 +374,20 @@ def test_dynamic_shared_memory_without_a_size_is_refused_by_name():
                                            r"memory has 127 words"):
         dev.launch(k, threads=4, args=[out, x], shared=520)
     assert dev.tokens == tokens
+
+
+def test_the_command_line_takes_dynamic_shared_memory(tmp_path, capsys):
+    """``python -m qwengpu asm / trace --shared BYTES``: the kernel a launch with ``shared=`` runs, and without it the
+    same refusal as dev.launch."""
+    from qwengpu.__main__ import main
+    src = tmp_path / "dyn.cu"
+    src.write_text(DYNAMIC_SHARED)
+    assert main(["asm", str(src), "--kernel", "k", "--threads", "4"]) != 0
+    assert "declares extern __shared__ s" in "".join(capsys.readouterr())
+    assert main(["asm", str(src), "--kernel", "k", "--threads", "4", "--shared", "16"]) == 0
+    assert "ROM blocks" in capsys.readouterr().out
+    assert main(["trace", str(src), "--kernel", "k", "--args", "0,8", "--threads", "4", "--shared", "16"]) == 0
+    records = [line for line in capsys.readouterr().out.splitlines() if " values=" in line]
+    dev = Device()
+    dev.launch(dev.load_kernel(DYNAMIC_SHARED, "k"), threads=4, args=[0, 8], shared=16)
+    assert len(records) == dev.stats["records"]
