@@ -4,10 +4,10 @@
     python -m qccl_bench.interp_speed --count 200 --ranks 8 --algo multicast --json FILE
 
 "Model tokens" are the tokens the devices write (what a Qwen3.5 would decode); host records and peers' packets are
-fed (prefill) and not counted. The AllReduce runs twice on fresh worlds: "cold" lowers every
-launch's program (the arguments are bound as immediates, so each new argument tuple is a new lowering), "warm" finds
-those still in the loaded kernels' program caches (qwengpu.device bounds them per kernel: an AllReduce of many
-chunks has more distinct argument tuples than the cache keeps, so its warm run lowers again). Each is then repeated under cProfile, whose time is
+fed (prefill) and not counted. The AllReduce runs twice on fresh worlds: "cold" lowers each kernel once per
+argument shape (qwengpu/specialize.py: the lowering's decisions on the arguments are recorded, and a launch whose
+arguments take the same decisions reuses the program with its immediates refilled), "warm" finds those programs in
+the loaded kernels' caches. Each is then repeated under cProfile, whose time is
 split by the part of the code it is spent in (lowering PTX, the interpreter, the driver, the lockstep engine, qccl's
 scheduling): the profiler slows everything by about the same factor, so the shares are what matter.
 The result is checked against numpy so a fast wrong run cannot pass for a fast one.
@@ -26,7 +26,8 @@ import qccl
 
 # Where a profiled function's time is booked: the first part whose path fragment is in the function's file name.
 PARTS = (
-    ("lowering (PTX -> blocks, per launch)", ("qwengpu/lower.py", "qwengpu/lowering/", "qwengpu/ptx.py")),
+    ("lowering (PTX -> blocks, per launch)", ("qwengpu/lower.py", "qwengpu/lowering/", "qwengpu/ptx.py",
+                                              "qwengpu/specialize.py")),
     ("interpreter (parse + execute)", ("qwengpu/interpreter.py", "qwengpu/isa.py")),
     ("driver (qwengpu/device.py)", ("qwengpu/device.py", "qwengpu/tokens.py")),
     ("lockstep + fabric + router", ("qlink/",)),
