@@ -47,7 +47,7 @@ step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to O
     [ "$status" -eq 0 ] && [ "$rc" -ne 0 ] && status=$rc
     return 0
 }
-step tests 150 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs
+step tests 280 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs
 export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30+, experimental, no NVLS)
 step nccl_compare 100 $PY -m qccl_bench.nccl_compare --ranks 2 --count 4096 --backends nccl,cupy \
     --dtypes int32,uint32,int8,uint8,int64,uint64,float16,float32,float64 --json "$OUT/nccl_compare.json"

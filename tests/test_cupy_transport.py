@@ -428,6 +428,8 @@ def _float_sums_agree(dtype: str, n: int, kind: str, algo) -> None:
                 else:
                     c.reduce_scatter(xs[c.rank], ys[c.rank], "sum")
         out[transport] = ys
+        for c in comms:
+            c.destroy()
     exact = sum(x.double() for x in xs)         # a sanity bound: the ring's sum is close to the exact one
     for r in range(n) if kind != "reduce" else (1,):
         a, b = out["cupy"][r], out["threads"][r]

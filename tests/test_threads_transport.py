@@ -124,3 +124,28 @@ def test_one_process_only():
     uid = qccl.UniqueId("abc", "127.0.0.1:1")
     with pytest.raises(qccl.InvalidUsage, match="runs every rank of a communicator in one process"):
         qccl.Communicator.init(2, 0, uid, transport="threads")
+
+
+def test_idle_rank_threads_sleep():
+    """Between calls the rank threads wait on the world's condition without waking each other: an idle thread that
+    notified on every wake-up woke the others, who notified back (a storm: dozens of idle worlds slowed a whole
+    test run several times over). Counted: the notifications of an idle 4-rank world over 0.3 s."""
+    import time
+    comms = qccl.Communicator.init_all(4, transport="threads")
+    x = [np.arange(8, dtype=np.int32) for _ in range(4)]
+    y = [np.zeros(8, np.int32) for _ in range(4)]
+    with qccl.group():
+        for c in comms:
+            c.allreduce(x[c.rank], y[c.rank])
+    world = comms[0].world
+    time.sleep(0.1)                         # the threads reach their wait
+    calls = []
+    real = world.changed.notify_all
+    world.changed.notify_all = lambda: (calls.append(1), real())[1]
+    try:
+        time.sleep(0.3)
+    finally:
+        world.changed.notify_all = real
+    assert len(calls) < 20, f"{len(calls)} notifications in 0.3 s of an idle world"
+    for c in comms:
+        c.destroy()

@@ -148,8 +148,9 @@ class ThreadsWorld(World):
                         k.device.abort()
                     k.state = IDLE
                 while not self.closed and not k.queue and not k.device.busy and not self._due(r):
-                    k.state = IDLE
-                    self.changed.notify_all()
+                    if k.state != IDLE:         # tell waiters once: a notify on every wake-up would wake the
+                        k.state = IDLE          # other idle threads, who notify back (a storm that burns the CPU)
+                        self.changed.notify_all()
                     self.changed.wait(timeout=self._next_due(r))
                 if self.closed:
                     return
