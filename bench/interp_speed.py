@@ -26,8 +26,8 @@ import qccl
 
 # Where a profiled function's time is booked: the first part whose path fragment is in the function's file name.
 PARTS = (
-    ("lowering (PTX -> blocks, per launch)", ("qwengpu/lower.py", "qwengpu/lowering/", "qwengpu/ptx.py",
-                                              "qwengpu/specialize.py")),
+    ("lowering (per argument shape) + program fetch",
+     ("qwengpu/lower.py", "qwengpu/lowering/", "qwengpu/ptx.py", "qwengpu/specialize.py")),
     ("interpreter (parse + execute)", ("qwengpu/interpreter.py", "qwengpu/isa.py")),
     ("driver (qwengpu/device.py)", ("qwengpu/device.py", "qwengpu/tokens.py")),
     ("lockstep + fabric + router", ("qlink/",)),
