@@ -42,7 +42,10 @@ INIT_TIMEOUT = float(os.environ.get("QCCL_INIT_TIMEOUT", "30"))  # seconds init 
 SLICE = 0.05                # seconds of one gloo wait between two looks at the store
 # one store operation; a store that is gone refuses at once, so this only bounds a store that is slow (a loaded host)
 STORE_TIMEOUT = timedelta(seconds=30)
-JOIN_BEAT = 5.0             # seconds leave() waits for the heartbeat thread's last store call to return
+# seconds leave() waits for the heartbeat thread's last store call to return: that call's own timeout bounds it, so
+# wait that long: 5 s can be too short on a loaded host, and a thread still in the store at finalization ends the
+# process in std::terminate after every call passed (seen once in CI, 8 ranks on 2 cores); at once when it is idle
+JOIN_BEAT = STORE_TIMEOUT.total_seconds() + 5.0
 LAUNCH_PREFIX = "qccl/launch"            # where qccl.launch writes why a rank's process ended
 
 _graveyard: list = []       # gloo groups with abandoned work: never destroyed (see the module docstring)
