@@ -264,7 +264,7 @@ class Scheduler:
     def _rounds(self, count: int, per: int):
         """A ring-split collective (runRing's AllReduce shape) works in rounds of up to n x ``per`` elements, each cut
         into n blocks of k = ceil(m / n): yields (round offset, round size m, k)."""
-        g = self.grain
+        g = self.grain if per % self.grain == 0 else 1
         for off, m in self._chunks(count, self.nranks * per):
             yield off, m, -(-m // (self.nranks * g)) * g
 
@@ -292,12 +292,14 @@ class Scheduler:
         most = max_chunk(self.heap, kind, algo)
         if self.dtype in FP_FORMATS and kind in ("allreduce", "reduce", "reduce_scatter"):
             words = min(most, self.heap.staging_words // 2, LANES)
-            if self.dtype in (DataType.BFLOAT16, DataType.FLOAT16):
-                words = min(words, most // 2)       # its elements fit where each takes an address
             if words < 1:
                 raise InvalidArgument(f"{self.dtype} reductions need slot_words >= 2 (fprim keeps its scratch words "
                                       f"in the staging words); this communicator has {self.heap.staging_words}")
-            return self.grain * (words if chunk is None else min(int(chunk), words))
+            if self.dtype in (DataType.BFLOAT16, DataType.FLOAT16) and most >= 2:
+                words = min(words, most // 2)       # its elements fit where each takes an address
+            words = words if chunk is None else min(int(chunk), words)
+            # a one-address chunk holds no pair: there the element-an-address order is its own
+            return self.grain * words if self.grain * words <= most else words
         return most if chunk is None else min(int(chunk), most)
 
     def allreduce(self, send: Buffer, recv: Buffer, count: int, algo: str = "ring", chunk: int | None = None) -> None:
