@@ -70,25 +70,16 @@ def evaluate(expr, args):
     return _ARITHMETIC[kind](evaluate(expr[1], args), evaluate(expr[2], args))
 
 
-def _binary(name):
+def _binary(name, reflected=False):
+    """``self <op> other`` (or, reflected, ``other <op> self``) as a traced value."""
     def method(self, other):
         if not isinstance(other, int):
             return NotImplemented
-        value = getattr(int, f"__{name}__")(self, other)
+        value = getattr(int, f"__r{name}__" if reflected else f"__{name}__")(self, other)
         if value is NotImplemented:
             return value
-        return Traced(value, (name, self.expr, _expr(other)))
-    return method
-
-
-def _reflected(name):
-    def method(self, other):
-        if not isinstance(other, int):
-            return NotImplemented
-        value = getattr(int, f"__r{name}__")(self, other)
-        if value is NotImplemented:
-            return value
-        return Traced(value, (name, _expr(other), self.expr))
+        operands = (_expr(other), self.expr) if reflected else (self.expr, _expr(other))
+        return Traced(value, (name,) + operands)
     return method
 
 
@@ -126,7 +117,7 @@ class Traced(int):
 
     for _name in _ARITHMETIC:
         locals()[f"__{_name}__"] = _binary(_name)
-        locals()[f"__r{_name}__"] = _reflected(_name)
+        locals()[f"__r{_name}__"] = _binary(_name, reflected=True)
     for _name in _UNARY:
         locals()[f"__{_name}__"] = _unary(_name)
     for _name in ("eq", "ne", "lt", "le", "gt", "ge", "truediv", "rtruediv", "divmod", "rdivmod"):
@@ -195,19 +186,30 @@ def _freeze(decision):
     return kind, _plain(expr), _plain(others), _plain(outcome)
 
 
-def _plain(x):
-    """A program value with every Traced int made plain (tuples and frozen dataclasses rebuilt)."""
+def _map(x, leaf):
+    """A program value with each traced int replaced by ``leaf(it)`` (tuples, lists, sets and frozen dataclasses
+    rebuilt; a dataclass with nothing to replace is kept as it is)."""
     if isinstance(x, Traced):
-        return int.__int__(x)
+        return leaf(x)
     if isinstance(x, tuple):
-        return tuple(_plain(v) for v in x)
+        return tuple(_map(v, leaf) for v in x)
     if isinstance(x, (list, frozenset, set)):
-        return type(x)(_plain(v) for v in x)
+        return type(x)(_map(v, leaf) for v in x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        changes = {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        changes = {f.name: _map(getattr(x, f.name), leaf) for f in dataclasses.fields(x)}
         return dataclasses.replace(x, **changes) if any(
             changes[k] is not getattr(x, k) for k in changes) else x
     return x
+
+
+def _plain(x):
+    """A program value with every Traced int made plain."""
+    return _map(x, int.__int__)
+
+
+def _fill(x, args):
+    """A program value with each traced int replaced by its expression's value for ``args``."""
+    return _map(x, lambda t: evaluate(t.expr, args))
 
 
 def _holes(x):
@@ -221,19 +223,6 @@ def _holes(x):
     return False
 
 
-def _fill(x, args):
-    """A program value with each traced int replaced by its expression's value for ``args``."""
-    if isinstance(x, Traced):
-        return evaluate(x.expr, args)
-    if isinstance(x, tuple):
-        return tuple(_fill(v, args) for v in x)
-    if isinstance(x, (list, frozenset, set)):
-        return type(x)(_fill(v, args) for v in x)
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return dataclasses.replace(x, **{f.name: _fill(getattr(x, f.name), args) for f in dataclasses.fields(x)})
-    return x
-
-
 @dataclasses.dataclass
 class Template:
     """One traced lowering: the decisions it took, its program with traced immediates, and that program for the
@@ -245,14 +234,15 @@ class Template:
 
     def __post_init__(self):
         self.fits = _test(self.decisions)
+        # what each hole block's listing line says after the block itself (the same for every launch)
+        self.tails = {i: self.traced.listing[i][len(f"b{i:<2} {self.plain[i]}"):] for i in self.holes}
 
     def program(self, args) -> Program:
         blocks = list(self.plain)
         listing = list(self.traced.listing)
         for i in self.holes:
             blocks[i] = _fill(self.traced.blocks[i], args)
-            old = f"b{i:<2} {_plain(self.traced.blocks[i])}"
-            listing[i] = f"b{i:<2} {blocks[i]}" + listing[i][len(old):]
+            listing[i] = f"b{i:<2} {blocks[i]}" + self.tails[i]
         return dataclasses.replace(self.traced, blocks=blocks, listing=listing,
                                    reserved=_fill(self.traced.reserved, args),
                                    cleared=_fill(self.traced.cleared, args),
