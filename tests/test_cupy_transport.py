@@ -403,7 +403,6 @@ def test_the_safe_order_finishes_on_the_queued_double(monkeypatch):
         assert all(np.array_equal(a, b) for a, b in zip(y, want)), kind
 
 
-
 def _float_sums_agree(dtype: str, n: int, kind: str, algo) -> None:
     """Random floats, not small integers: rounding makes the order of the adds visible. The CuPy transport runs
     qccl's one schedule with the float chunking of devices without floating point (qccl.schedule.Scheduler.per), so
@@ -433,8 +432,8 @@ def _float_sums_agree(dtype: str, n: int, kind: str, algo) -> None:
     exact = sum(x.double() for x in xs)         # a sanity bound: the ring's sum is close to the exact one
     for r in range(n) if kind != "reduce" else (1,):
         a, b = out["cupy"][r], out["threads"][r]
-        assert torch.equal(a.view(torch.int16 if a.element_size() == 2 else torch.int32),
-                           b.view(torch.int16 if b.element_size() == 2 else torch.int32)), (dtype, kind, algo, r)
+        bits = torch.int16 if a.element_size() == 2 else torch.int32
+        assert torch.equal(a.view(bits), b.view(bits)), (dtype, kind, algo, r)
         want = exact[r * count:(r + 1) * count] if kind == "reduce_scatter" else exact
         assert torch.allclose(a.double(), want, rtol=0.05, atol=1.0)
 
