@@ -43,6 +43,9 @@ def main(argv=None) -> int:
     with open(f"{a.json}.{rank}", "w") as f:
         json.dump({"params": params.tolist(), "losses": losses, "world": n, "pid": os.getpid()}, f)
     dist.destroy_process_group()
+    if a.backend == "gloo":
+        from qccl_bench.torch_check import end_reference_run
+        end_reference_run(0)
     return 0
 
 

@@ -24,6 +24,17 @@ import torch.distributed as dist
 R = dist.ReduceOp
 
 
+def end_reference_run(code: int) -> None:
+    """End a gloo reference run without the interpreter's and C++'s teardown. torch's DDP keeps the gloo group alive
+    past destroy_process_group (ten references stay behind; its socket loop and two worker threads run on), and a
+    process that exits under live gloo threads can end in std::terminate after its results were written (the likely
+    cause of a finished gloo rank's SIGABRT in CI). Results are written and flushed before this. qccl's runs exit normally: qccl destroys
+    its own idle gloo groups at exit (qccl.liveness.Liveness.close)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def inputs(n: int, count: int, dtype=torch.int32, seed: int = 0) -> list[torch.Tensor]:
     """Every rank's input (every rank builds all of them, to know numpy's answer); small values, so products fit."""
     g = torch.Generator().manual_seed(seed)
@@ -279,6 +290,8 @@ def main(argv=None) -> int:
         print(f"rank {rank}: {r['call']}: {r['error'] or 'differs from numpy'}", flush=True)
     print(f"rank {rank} on {a.backend}: {sum(r['numpy'] is True for r in report)} calls equal numpy, "
           f"{len(bad)} bad", flush=True)
+    if a.backend == "gloo":
+        end_reference_run(1 if bad else 0)
     return 1 if bad else 0
 
 

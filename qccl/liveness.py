@@ -147,6 +147,16 @@ class Liveness:
             keep_forever(self.group)
             self.group = None
 
+    def close(self) -> None:
+        """Destroy the world's gloo group now if it holds no work (no failure, no abort, no wait under way, no
+        exception ending the process), else keep it forever. Destroying joins gloo's threads while the interpreter is
+        whole: a process that exits with them running tears its C++ state down under them, the likely way a rank
+        whose every call had passed ended in std::terminate in CI."""
+        if self.failure is None and not self.aborted.is_set() and not self.waiting and _exit_reason is None:
+            self.group = None       # the only reference: the destructor runs here
+        else:
+            self._abandon()
+
     # -- what the others published ---------------------------------------------------------------------------------
     def _gone(self) -> dict[int, str]:
         """rank -> why it left, from this world's records and the launcher's."""
@@ -284,11 +294,11 @@ _live: list[Liveness] = []
 
 def _at_exit() -> None:
     """Tell the peers this rank leaves, without waiting for them (a peer still waiting on it then gets RemoteError),
-    and stop the heartbeats before finalization (see leave()). The worlds' gloo groups are kept past interpreter
-    shutdown: one may hold abandoned work, which its destructor would wait for."""
+    stop the heartbeats before finalization (see leave()) and destroy the worlds' idle gloo groups (see close()); a
+    group that may hold abandoned work is kept past interpreter shutdown, as its destructor would wait for it."""
     for live in _live:
         live.leave("exited" if _exit_reason is None else _exit_reason)
-        live._abandon()
+        live.close()
 
 
 _exit_reason: str | None = None

@@ -156,3 +156,29 @@ def test_leave_waits_for_the_heartbeat_threads_last_store_call():
         assert store.get("t/gone/0").decode().startswith("exited")
     finally:
         L._live.remove(live)
+
+
+def test_at_exit_an_idle_world_joins_gloos_threads_and_a_broken_one_keeps_them(tmp_path):
+    """A process that exits with gloo's threads running tears its C++ state down under them (a rank whose every call
+    had passed ended in std::terminate in CI). So at exit an idle world's gloo group is destroyed, which joins its
+    threads; a world whose wait was abandoned (here: aborted) keeps its group, whose destructor would wait for it."""
+    r, _ = _launch(tmp_path, 2, """
+from qccl import liveness
+def gloo_threads():
+    return sorted(t for t in (open(f'/proc/self/task/{t}/comm').read().strip() for t in os.listdir('/proc/self/task'))
+                  if 'gloo' in t)
+c = qccl.Communicator.init(n, rank, qccl.get_unique_id())
+x = np.arange(4, dtype=np.int32); y = np.zeros(4, np.int32)
+c.allreduce(x, y)
+print(f'rank {rank} before: {gloo_threads()}', flush=True)
+if rank == 1:
+    c.abort()
+liveness._at_exit()
+print(f'rank {rank} after: {gloo_threads()}', flush=True)
+""")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    for rank in (0, 1):
+        assert f"rank {rank} before: ['gloo_tcp_loop', 'pt_gloo_runloop'" in out, out
+    assert "rank 0 after: []" in out, out
+    assert "rank 1 after: ['gloo_tcp_loop'" in out, out

@@ -89,9 +89,9 @@ class GlooFabric(Fabric):
     world's own gloo group, waited for through the world's Liveness (deadline, a peer's death or abort: see
     qccl.liveness)."""
 
-    def __init__(self, nranks: int, rank: int, burst: int, group, live):
+    def __init__(self, nranks: int, rank: int, burst: int, live):
         import torch
-        self.torch, self.group, self.live = torch, group, live
+        self.torch, self.live = torch, live
         self.nranks, self.rank = nranks, rank
         self.local_ranks = (rank,)
         self.exchanges = 0
@@ -103,7 +103,8 @@ class GlooFabric(Fabric):
         if self.live.failure is not None or self.live.aborted.is_set():
             self.live.check(what)       # a broken or aborted world raises before starting new work
         out = [[self.torch.empty_like(local) for _ in range(self.nranks)]]
-        self.live.wait(self.group.allgather(out, [local]), what)
+        # the group is the Liveness's alone (it decides at exit whether the group is destroyed or kept forever)
+        self.live.wait(self.live.group.allgather(out, [local]), what)
         return out[0]
 
     def exchange(self, packets, status):

@@ -109,10 +109,9 @@ def process_fabric(nranks: int, rank: int, burst: int, uid):
     live = join(store, nranks, rank, token, prefix="qccl" if getattr(uid, "store", None) is not None else None,
                 same_id=bool(given))
     try:
-        group = gloo_group(store, live)
+        live.group = gloo_group(store, live)
     except BaseException:
         live.leave("gave up at init")
         raise
     live.doing = "no call yet"
-    live.group = group
-    return GlooFabric(nranks, rank, burst, group, live)
+    return GlooFabric(nranks, rank, burst, live)
