@@ -17,6 +17,8 @@ from qccl_transports.cupy import kernels as K
 from qccl_transports.cupy import world as W
 
 BASE = 1 << 32          # the double's allocations live at BASE * k, so any pointer names one allocation
+# bfloat16 to the double: numpy has no such dtype, so its kernels compute it in float32 (FakeGpu._element)
+BF16 = np.dtype([("bfloat16", np.uint16)])
 
 
 class FakeGpu:
@@ -96,7 +98,7 @@ class FakeGpu:
     def launch(self, dev, fn, threads, args, stream):
         self.log.append(("launch", fn))
         kind, _, dt = fn.partition("_")
-        dt = np.dtype(dt or "int32")
+        dt = BF16 if dt == "bfloat16" else np.dtype(dt or "int32")
         if kind == "prim":
             self._prim(dt, threads, *args)
         else:
@@ -117,9 +119,11 @@ class FakeGpu:
             sz = dt.itemsize
             if dt == np.int32 and mode & 256:
                 dt = np.dtype(np.uint32)
+            load, store = self._element(dt, sz)
+            dt = np.dtype(np.float32) if dt is BF16 else dt         # the type the arithmetic runs in
             for i in range(min(n, threads)):
-                r = self._at(rslot[1] + i * sz, sz).view(dt)[0] if mode & 1 else dt.type(0)
-                v = self._at(x[1] + i * sz, sz).view(dt)[0] if mode & 4 else dt.type(0)
+                r = load(rslot[1] + i * sz) if mode & 1 else dt.type(0)
+                v = load(x[1] + i * sz) if mode & 4 else dt.type(0)
                 if not mode & 8 and mode & 1:
                     op = (mode >> 5) & 7
                     with np.errstate(over="ignore"):
@@ -128,13 +132,26 @@ class FakeGpu:
                     v = dt.type(int(v) // div if dt.kind in "iu" and v >= 0 else
                                 -(-int(v) // div) if dt.kind in "iu" else v / div)
                 if mode & 16:
-                    self._at(y[1] + i * sz, sz).view(dt)[0] = r if mode & 8 else v
+                    store(y[1] + i * sz, r if mode & 8 else v)
                 if mode & 2:
-                    self._at(sslot[1] + i * sz, sz).view(dt)[0] = v
+                    store(sslot[1] + i * sz, v)
         if mode & 2 and spost > 0:
             self._setflag(stail, spost)
         if mode & 1 and rpost > 0:
             self._setflag(shead, rpost)
+
+    def _element(self, dt, sz):
+        """Load and store one element. bfloat16 (numpy has none) is computed in float32, which holds every bfloat16
+        exactly, and rounded back to nearest even as the kernels' __float2bfloat16 does (no NaN in these tests)."""
+        if dt is not BF16:
+            def store(p, v):
+                self._at(p, sz).view(dt)[0] = v
+            return (lambda p: self._at(p, sz).view(dt)[0]), store
+
+        def store(p, v):
+            bits = int(np.float32(v).view(np.uint32))
+            self._at(p, 2).view(np.uint16)[0] = (bits + 0x7FFF + (bits >> 16 & 1)) >> 16
+        return (lambda p: (np.uint32(self._at(p, 2).view(np.uint16)[0]) << 16).view(np.float32)), store
 
     def _mcast(self, dt, threads, mode, x, win, flag, seq, flags, mask, wait):
         def ready():
@@ -161,32 +178,44 @@ def _inputs(n, count, dtype, seed):
 
 
 def _run(comms, kind, dtype, op="sum", count=9, root=0, algo=None, seed=0):
+    """Run one collective on every rank; (outputs, numpy's answer). bfloat16, which numpy lacks, runs on torch
+    tensors; numpy answers in float32 (exact for these small values) and both sides come back as their bits."""
     n = len(comms)
+    bf16 = str(dtype) == "bfloat16"
+    if bf16:
+        torch = pytest.importorskip("torch")
+        dtype = np.dtype(np.float32)
     per = count * n if kind == "reduce_scatter" else count
     x = _inputs(n, per, dtype, seed)
     size = {"allgather": count * n}.get(kind, count)
     y = [np.full(size, 77, dtype) for _ in range(n)]
+    xs, y = ([torch.from_numpy(a).bfloat16() for a in x], [torch.from_numpy(a).bfloat16() for a in y]) if bf16 \
+        else (x, y)
     with qccl.group():
         for c in comms:
             r = c.rank
             if kind == "allreduce":
-                c.allreduce(x[r], y[r], op, algo=algo)
+                c.allreduce(xs[r], y[r], op, algo=algo)
             elif kind == "reduce":
-                c.reduce(x[r], y[r], op, root)
+                c.reduce(xs[r], y[r], op, root)
             elif kind == "broadcast":
-                c.broadcast(x[r], y[r], root, algo=algo)
+                c.broadcast(xs[r], y[r], root, algo=algo)
             elif kind == "allgather":
-                c.allgather(x[r], y[r], algo=algo)
+                c.allgather(xs[r], y[r], algo=algo)
             elif kind == "reduce_scatter":
-                c.reduce_scatter(x[r], y[r], op)
+                c.reduce_scatter(xs[r], y[r], op)
             else:
-                c.send(x[r], (r + 1) % n)
+                c.send(xs[r], (r + 1) % n)
                 c.recv(y[r], (r - 1) % n)
     red = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[op](np.stack(x), axis=0).astype(dtype)
     want = {"allreduce": [red] * n, "broadcast": [x[root]] * n, "allgather": [np.concatenate(x)] * n,
             "reduce_scatter": [red[r * count:(r + 1) * count] for r in range(n)],
             "reduce": [red if r == root else np.full(count, 77, dtype) for r in range(n)],
             "sendrecv": [x[(r - 1) % n] for r in range(n)]}[kind]
+    if bf16:
+        def bits(a):
+            return (a if isinstance(a, torch.Tensor) else torch.from_numpy(a).bfloat16()).view(torch.int16).numpy()
+        return [bits(a) for a in y], [bits(a) for a in want]
     return y, want
 
 
@@ -240,14 +269,14 @@ def test_setup_loads_and_pins_before_any_launch(fake):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int8, np.uint8, np.int64, np.float16, np.float32,
-                                   np.float64])
+                                   np.float64, "bfloat16"])
 def test_collectives_through_the_double(fake, dtype):
     for n in (2, 3):
         comms = qccl.Communicator.init_all(n, transport="cupy")
         for i, kind in enumerate(("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")):
             for op in (("sum", "max") if kind in ("allreduce", "reduce_scatter", "reduce") else ("sum",)):
                 y, want = _run(comms, kind, dtype, op, count=5 + i, root=i % n, seed=i)
-                assert all(np.array_equal(a, b) for a, b in zip(y, want)), (np.dtype(dtype), n, kind, op)
+                assert all(np.array_equal(a, b) for a, b in zip(y, want)), (dtype, n, kind, op)
 
 
 def test_multicast_windows_through_the_double(fake):
@@ -290,8 +319,7 @@ def _gpu():
     return cupy
 
 
-# numpy has no bfloat16: bench/nccl_compare.py checks that dtype through torch tensors.
-@pytest.mark.parametrize("dtype", [d for d in K.DTYPES if d != "bfloat16"])
+@pytest.mark.parametrize("dtype", K.DTYPES)
 def test_on_a_gpu_every_dtype_and_op(dtype):
     _gpu()
     comms = qccl.Communicator.init_all(2, transport="cupy")
@@ -299,7 +327,7 @@ def test_on_a_gpu_every_dtype_and_op(dtype):
     for i, kind in enumerate(("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")):
         for op in (ops if kind in ("allreduce", "reduce_scatter", "reduce") else ("sum",)):
             for algo in (("ring", "multicast") if kind in ("allreduce", "allgather", "broadcast") else (None,)):
-                y, want = _run(comms, kind, np.dtype(dtype), op, count=37, root=i % 2, algo=algo, seed=i)
+                y, want = _run(comms, kind, dtype, op, count=37, root=i % 2, algo=algo, seed=i)
                 assert all(np.array_equal(a, b) for a, b in zip(y, want)), (dtype, kind, op, algo)
 
 
