@@ -3,20 +3,56 @@
 #   bash bench/gpu_check.sh [OUT]        (OUT defaults to $OUT, else ./gpu_figures)
 # Wheels the machine lacks travel in .whl/ (nccl4py 0.6, cuda-core 1.x, cuda-pathfinder, transformers 5.23: see
 # README "GPU figures"); they are installed into /tmp/site, qccl itself with pip -e (no dependencies fetched).
+# A wheel larger than one call may carry (64 MiB; nvidia-nccl-cu13 2.32 is 206 MB) travels in parts, one call each:
+#   bash bench/gpu_check.sh --split WHEEL    writes .whl-parts/NAME.part-00.. (60 MiB each) and NAME.sha256
+# Ignored files stay on a warm machine between calls, so carry one part per call (STEPS=none runs nothing), then
+# the last with .whl; a wheel whose parts are all there (its sha256 agrees) is joined and installed with the rest.
 # Then: the CuPy transport's tests, the NCCL comparison (2 ranks on one GPU), nccl-tests-style CuPy figures and the
 # bf16 model's exactness and speed (bench/model_gpu.py). Every step has a time limit; its output lands in OUT.
 # STEPS (default "tests nccl_compare perf_cupy model_gpu") picks steps; MODEL_GPU_ARGS adds arguments to model_gpu.
 # Exit status: the first failing step's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--split" ]; then
+    whl=${2:?usage: bash bench/gpu_check.sh --split WHEEL}
+    name=$(basename "$whl")
+    mkdir -p .whl-parts
+    split -b 60M -d "$whl" ".whl-parts/$name.part-" || exit 3
+    (cd "$(dirname "$whl")" && sha256sum "$name") > ".whl-parts/$name.sha256" || exit 3
+    ls -l .whl-parts
+    exit 0
+fi
 OUT="${1:-${OUT:-gpu_figures}}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
+join_parts() {      # each wheel of .whl-parts whose parts are all here -> /tmp/wheels/NAME (checked by its sha256)
+    local sum name
+    for sum in .whl-parts/*.sha256; do
+        [ -e "$sum" ] || continue
+        name=$(basename "$sum" .sha256)
+        mkdir -p /tmp/wheels
+        cat ".whl-parts/$name.part-"* > "/tmp/wheels/$name"
+        if (cd /tmp/wheels && sha256sum --quiet -c "$OLDPWD/$sum" > /dev/null 2>&1); then
+            echo "$name: joined from $(ls ".whl-parts/$name.part-"* | wc -l) parts"
+        else
+            echo "$name: parts incomplete ($(ls ".whl-parts/$name.part-"* | wc -l) here), not installed"
+            rm -f "/tmp/wheels/$name"
+        fi
+    done
+}
+join_parts
+: > "$OUT/install.txt"
 if ls .whl/*.whl > /dev/null 2>&1; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        > "$OUT/install.txt" 2>&1 || { echo "wheels failed: see $OUT/install.txt"; exit 3; }
+        >> "$OUT/install.txt" 2>&1 || { echo "wheels failed: see $OUT/install.txt"; exit 3; }
     export PYTHONPATH=/tmp/site
+fi
+if ls /tmp/wheels/*.whl > /dev/null 2>&1; then
+    # the user's site-packages, not /tmp/site: cuda.pathfinder (how nccl4py finds libnccl) searches site-packages
+    # directories, the user's before the system's, and never PYTHONPATH
+    $PY -m pip install -q --user --no-index --no-deps --no-compile --no-cache-dir --upgrade /tmp/wheels/*.whl \
+        >> "$OUT/install.txt" 2>&1 || { echo "joined wheels failed: see $OUT/install.txt"; exit 3; }
 fi
 $PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >> "$OUT/install.txt" 2>&1 ||
     { cat "$OUT/install.txt"; exit 3; }
