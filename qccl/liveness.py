@@ -238,6 +238,11 @@ class Liveness:
         self.doing, self.waiting = what, True
         try:
             self._wait(work, what, timeout)
+        except BaseException:
+            # whatever ended the wait (an error, or a KeyboardInterrupt the program then catches), the work may never
+            # end now: the group must outlive it, or destroying it at exit would wait for it forever
+            self._abandon()
+            raise
         finally:
             self.waiting = False
 

@@ -182,3 +182,30 @@ print(f'rank {rank} after: {gloo_threads()}', flush=True)
         assert f"rank {rank} before: ['gloo_tcp_loop', 'pt_gloo_runloop'" in out, out
     assert "rank 0 after: []" in out, out
     assert "rank 1 after: ['gloo_tcp_loop'" in out, out
+
+
+def test_a_wait_ended_by_any_exception_keeps_the_group_and_an_idle_one_is_released():
+    """close() at exit destroys an idle world's gloo group (joining its threads) but must never destroy one whose
+    work may still be pending: a wait that a KeyboardInterrupt ended (and the program caught) leaves such work."""
+    import datetime
+    import torch.distributed as dist
+    from qccl import liveness as L
+
+    class Interrupted:
+        def wait(self, timeout):
+            raise KeyboardInterrupt
+
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
+    live = L.Liveness(store, rank=0, nranks=1, prefix="t")
+    try:
+        pending, idle = object(), object()
+        live.group = pending
+        with pytest.raises(KeyboardInterrupt):
+            live.wait(Interrupted(), "an exchange")
+        assert live.group is None and any(g is pending for g in L._graveyard)
+        live.group = idle
+        live.close()
+        assert live.group is None and not any(g is idle for g in L._graveyard)
+    finally:
+        live.leave("exited")
+        L._live.remove(live)
