@@ -15,7 +15,8 @@ alive but never arrives turns it into DeadlockError after ``timeout`` seconds, n
 
 After such an error the world is broken for good (NCCL's async error): the gloo work it abandoned can never finish, so
 the world's gloo group is kept alive on purpose (destroying it would join gloo's worker thread, which waits for that
-work) and every later call raises the same error.
+work) and every later call raises the same error. A world that ends cleanly has its group destroyed at exit instead,
+so no gloo thread outlives the interpreter (Liveness.close).
 
     >>> live = Liveness(store, rank=0, nranks=2, prefix="qccl/w0")      # doctest: +SKIP
     >>> live.wait(pg.allgather(outs, [mine]), "exchange 7")             # doctest: +SKIP
