@@ -4,6 +4,7 @@ CUDA graph, ranks batched (batch dimension = rank). Skips cleanly without a GPU.
     python -m qccl_bench.model_gpu                         # on CUDA: every check and figure below
     python -m qccl_bench.model_gpu --checkpoint merged-2b  # the seed's table on a merged checkpoint
     python -m qccl_bench.model_gpu --device cpu --steps 4 --ranks 1,2 --no-table   # the same code on the CPU, short
+    python -m qccl_bench.model_gpu --compile               # decode figures with the step compiled by torch.compile too
 
 What it prints:
 1. which Gated DeltaNet implementation runs (transformers' torch functions, or the flash-linear-attention /
@@ -40,10 +41,16 @@ class Decoder:
     logits. On CUDA the step is captured once as a CUDA graph over a static cache (inputs copied into fixed
     tensors, the graph replayed); elsewhere it runs eagerly."""
 
-    def __init__(self, model, batch: int, device: str, graph: bool = True):
+    def __init__(self, model, batch: int, device: str, graph: bool = True, compile: bool = False):
         import torch
         from qwengpu.circuit.model import new_cache
         self.torch, self.model = torch, model
+        if compile:
+            # inductor fuses the Gated DeltaNet step's many small kernels; it rounds each fused intermediate to bf16
+            # as eager does (emulate_precision_casts), and decode_rate checks every model-written token anyway
+            import torch._inductor.config as inductor
+            inductor.emulate_precision_casts = True
+            self._step = torch.compile(self._step, dynamic=False)
         self.cache = new_cache(model, batch=batch, device=device)
         self.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(batch, 1, dtype=torch.long, device=device)
@@ -62,6 +69,7 @@ class Decoder:
                 self.logits = self._step()
             self._zero()
             self.mode = "CUDA graph"
+        self.mode += " + torch.compile" if compile else ""
 
     def _zero(self) -> None:
         for layer in self.cache.layers:
@@ -85,20 +93,24 @@ class Decoder:
         return logits
 
 
-def decode_rate(model, streams: list, steps: int, device: str, offset: int = 0) -> tuple[float, int, str]:
+def decode_rate(model, streams: list, steps: int, device: str, offset: int = 0,
+                compile: bool = False) -> tuple[float, int, str]:
     """Teacher-forced batched decode of ``streams`` (one per rank) for ``steps`` steps: (tokens per second per rank,
-    mismatches at model-written positions, graph or eager)."""
+    mismatches at model-written positions, graph or eager). With ``compile`` the step is compiled by torch.compile;
+    the first two steps, where compilation happens, are checked but not timed."""
     import torch
 
     from qwengpu import tokens as T
     from qwengpu.circuit.verify import _predicted_at
-    decoder = Decoder(model, len(streams), device)
+    decoder = Decoder(model, len(streams), device, compile=compile)
     steps = min(steps, min(len(s) for s in streams))
+    untimed = 2 if compile else 0
     predicted = []
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    started = time.perf_counter()
     for position in range(steps):
+        if position == untimed:
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            started = time.perf_counter()
         ids = torch.tensor([[offset + s[position].id] for s in streams], device=device)
         predicted.append((decoder.step(ids).argmax(-1) - offset).tolist())
     if device.startswith("cuda"):
@@ -111,7 +123,7 @@ def decode_rate(model, streams: list, steps: int, device: str, offset: int = 0) 
             if token.origin == T.MODEL:
                 expected = token.written if token.written is not None else token.id
                 mismatches += predicted[_predicted_at(stream, position)][rank] != expected
-    return steps / seconds, mismatches, decoder.mode
+    return (steps - untimed) / seconds, mismatches, decoder.mode
 
 
 def seed_table(backend_options: dict, nranks: int = 4, count: int = 16) -> list[str]:
@@ -168,6 +180,8 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=400, help="decode steps per measurement")
     parser.add_argument("--no-table", action="store_true", help="skip the seed's table")
     parser.add_argument("--no-report", action="store_true", help="skip the per-layer exactness report")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the decode step compiled by torch.compile (inductor) for each batch")
     args = parser.parse_args(argv)
     import torch
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -196,13 +210,16 @@ def main(argv=None) -> int:
     shared = ModelBackend(checkpoint=args.checkpoint, dtype="bfloat16", device=args.device)
     batches = [] if args.ranks == "none" else [int(r) for r in args.ranks.split(",")]
     if batches:
-        print("| ranks batched | decode step | tokens/s per rank | tokens/s all ranks | mismatches |")
-        print("|---------------|-------------|-------------------|--------------------|------------|")
+        print("| ranks batched | decode step                 | tokens/s per rank | tokens/s all ranks | mismatches |")
+        print("|---------------|-----------------------------|-------------------|--------------------|------------|")
     for ranks in batches:
         streams = list(record_allreduce(max(ranks, 2), 16).values())[:ranks]
-        rate, mismatches, mode = decode_rate(shared.model, streams, args.steps, args.device, shared.offset)
-        failures += mismatches
-        print(f"| {ranks:>13} | {mode:<11} | {rate:>17.1f} | {rate * ranks:>18.1f} | {mismatches:>10} |", flush=True)
+        for compile in (False, True) if args.compile else (False,):
+            rate, mismatches, mode = decode_rate(shared.model, streams, args.steps, args.device, shared.offset,
+                                                 compile)
+            failures += mismatches
+            print(f"| {ranks:>13} | {mode:<27} | {rate:>17.1f} | {rate * ranks:>18.1f} | {mismatches:>10} |",
+                  flush=True)
     if not args.no_table:
         options = {"dtype": "bfloat16", "device": args.device}
         if args.checkpoint:
