@@ -9,7 +9,8 @@
 # the last with .whl; a wheel whose parts are all there (its sha256 agrees) is joined and installed with the rest.
 # Then: the CuPy transport's tests, the NCCL comparison (2 ranks on one GPU), nccl-tests-style CuPy figures and the
 # bf16 model's exactness and speed (bench/model_gpu.py). Every step has a time limit; its output lands in OUT.
-# STEPS (default "tests nccl_compare perf_cupy model_gpu") picks steps; MODEL_GPU_ARGS adds arguments to model_gpu.
+# STEPS (default "tests float_sums nccl_compare perf_cupy model_gpu") picks steps (none: only the installs);
+# MODEL_GPU_ARGS adds arguments to model_gpu (e.g. --compile).
 # Exit status: the first failing step's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +72,7 @@ PYEOF
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 status=0
-STEPS="${STEPS:-tests nccl_compare perf_cupy model_gpu}"
+STEPS="${STEPS:-tests float_sums nccl_compare perf_cupy model_gpu}"
 step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to OUT/NAME.txt, remember a failure
     local name=$1 limit=$2; shift 2
     case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
@@ -83,7 +84,10 @@ step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to O
     [ "$status" -eq 0 ] && [ "$rc" -ne 0 ] && status=$rc
     return 0
 }
-step tests 280 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs
+# the float sums held against the QwenGPUs bit for bit are a step of their own: the 2026-12-04 run lost its last six
+# to one shared time limit
+step tests 280 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "not float_sums"
+step float_sums 240 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "float_sums"
 export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30+, experimental, no NVLS)
 step nccl_compare 100 $PY -m qccl_bench.nccl_compare --ranks 2 --count 4096 --backends nccl,cupy \
     --dtypes int32,uint32,int8,uint8,int64,uint64,float16,float32,float64 --json "$OUT/nccl_compare.json"
