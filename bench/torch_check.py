@@ -28,8 +28,8 @@ def end_reference_run(code: int) -> None:
     """End a gloo reference run without the interpreter's and C++'s teardown. torch's DDP keeps the gloo group alive
     past destroy_process_group (ten references stay behind; its socket loop and two worker threads run on), and a
     process that exits under live gloo threads can end in std::terminate after its results were written (the likely
-    cause of a finished gloo rank's SIGABRT in CI). Results are written and flushed before this. qccl's runs exit normally: qccl destroys
-    its own idle gloo groups at exit (qccl.liveness.Liveness.close)."""
+    cause of a finished gloo rank's SIGABRT in CI). Results are written and flushed before this. qccl's runs exit
+    normally: qccl destroys its own idle gloo groups at exit (qccl.liveness.Liveness.close)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -239,9 +239,13 @@ class Liveness:
         self.doing, self.waiting = what, True
         try:
             self._wait(work, what, timeout)
-        except BaseException:
+        except BaseException as e:
             # whatever ended the wait (an error, or a KeyboardInterrupt the program then catches), the work may never
-            # end now: the group must outlive it, or destroying it at exit would wait for it forever
+            # end now: the world is broken (later calls raise this) and the group must outlive the work, or
+            # destroying it at exit would wait for it forever
+            if self.failure is None and not self.aborted.is_set():
+                self.fail(SystemError(f"rank {self.rank}: {what} was interrupted by {type(e).__name__}; its work "
+                                      "may never end, so this communicator cannot be used again"))
             self._abandon()
             raise
         finally:

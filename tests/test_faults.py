@@ -171,10 +171,16 @@ c = qccl.Communicator.init(n, rank, qccl.get_unique_id())
 x = np.arange(4, dtype=np.int32); y = np.zeros(4, np.int32)
 c.allreduce(x, y)
 print(f'rank {rank} before: {gloo_threads()}', flush=True)
-if rank == 1:
+done = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'rank0-done')
+if rank == 1:           # abort only once rank 0 is through: an abort during its last exchange would fail rank 0
+    deadline = time.monotonic() + 60
+    while not os.path.exists(done) and time.monotonic() < deadline:
+        time.sleep(0.05)
     c.abort()
 liveness._at_exit()
 print(f'rank {rank} after: {gloo_threads()}', flush=True)
+if rank == 0:
+    open(done, 'w').close()
 """)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
@@ -186,9 +192,12 @@ print(f'rank {rank} after: {gloo_threads()}', flush=True)
 
 def test_a_wait_ended_by_any_exception_keeps_the_group_and_an_idle_one_is_released():
     """close() at exit destroys an idle world's gloo group (joining its threads) but must never destroy one whose
-    work may still be pending: a wait that a KeyboardInterrupt ended (and the program caught) leaves such work."""
+    work may still be pending: a wait that a KeyboardInterrupt ended (and the program caught) leaves such work, and
+    the world is broken from then on."""
     import datetime
     import torch.distributed as dist
+
+    import qccl
     from qccl import liveness as L
 
     class Interrupted:
@@ -203,6 +212,9 @@ def test_a_wait_ended_by_any_exception_keeps_the_group_and_an_idle_one_is_releas
         with pytest.raises(KeyboardInterrupt):
             live.wait(Interrupted(), "an exchange")
         assert live.group is None and any(g is pending for g in L._graveyard)
+        with pytest.raises(qccl.QcclError, match="an exchange was interrupted by KeyboardInterrupt"):
+            live.check("the next call")        # the world is broken for good, and says why
+        live.failure = None                    # (only to test close() on an idle group below)
         live.group = idle
         live.close()
         assert live.group is None and not any(g is idle for g in L._graveyard)
