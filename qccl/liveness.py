@@ -240,13 +240,12 @@ class Liveness:
         try:
             self._wait(work, what, timeout)
         except BaseException as e:
-            # whatever ended the wait (an error, or a KeyboardInterrupt the program then catches), the work may never
-            # end now: the world is broken (later calls raise this) and the group must outlive the work, or
-            # destroying it at exit would wait for it forever
+            # whatever ended the wait, the work may never end now: the world is broken (later calls raise this) and
+            # its group must outlive the work (fail() and abort() keep it forever). qccl's own errors came through
+            # fail() or abort() already; anything else (a KeyboardInterrupt the program then catches) goes there now
             if self.failure is None and not self.aborted.is_set():
                 self.fail(SystemError(f"rank {self.rank}: {what} was interrupted by {type(e).__name__}; its work "
                                       "may never end, so this communicator cannot be used again"))
-            self._abandon()
             raise
         finally:
             self.waiting = False

@@ -4,6 +4,7 @@ A few injections of qccl_bench.faults (the whole set, 100 injections: ``python -
 100``), abort() from another thread unblocking a blocked call, and init errors that name what is missing."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -119,14 +120,27 @@ def test_a_world_that_never_assembles_names_the_missing_ranks(tmp_path):
     assert took < 60
 
 
+@contextlib.contextmanager
+def _one_rank(wrap=lambda store: store):
+    """A one-rank Liveness on an in-process TCPStore (``wrap`` may stand in front of the store); forgotten after."""
+    import datetime
+    import torch.distributed as dist
+    from qccl import liveness as L
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
+    live = L.Liveness(wrap(store), rank=0, nranks=1, prefix="t")
+    try:
+        yield store, live
+    finally:
+        live.leave("exited")
+        L._live.remove(live)
+
+
 def test_leave_waits_for_the_heartbeat_threads_last_store_call():
     """A heartbeat thread still inside a store call when the interpreter finalizes is ended by pthread_exit inside
     torch's C++, and the process aborts (SIGABRT after every result was right: CI lost a 4-process run to it on a
     loaded host). So leave(), which runs at exit, returns only once the thread has ended, even when each heartbeat
     blocks in C++ (here a 0.3 s wait for a key that never comes, as a slow store does)."""
     import datetime
-    import torch.distributed as dist
-    from qccl import liveness as L
 
     class SlowStore:
         def __init__(self, store):
@@ -146,16 +160,12 @@ def test_leave_waits_for_the_heartbeat_threads_last_store_call():
                     pass
             self.store.set(key, value)
 
-    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
-    live = L.Liveness(SlowStore(store), rank=0, nranks=1, prefix="t")
-    try:
+    with _one_rank(SlowStore) as (store, live):
         time.sleep(0.1)                 # the thread is inside its first slow heartbeat
         assert live._thread.is_alive()
         live.leave("exited")
         assert not live._thread.is_alive()
         assert store.get("t/gone/0").decode().startswith("exited")
-    finally:
-        L._live.remove(live)
 
 
 def test_at_exit_an_idle_world_joins_gloos_threads_and_a_broken_one_keeps_them(tmp_path):
@@ -194,9 +204,6 @@ def test_a_wait_ended_by_any_exception_keeps_the_group_and_an_idle_one_is_releas
     """close() at exit destroys an idle world's gloo group (joining its threads) but must never destroy one whose
     work may still be pending: a wait that a KeyboardInterrupt ended (and the program caught) leaves such work, and
     the world is broken from then on."""
-    import datetime
-    import torch.distributed as dist
-
     import qccl
     from qccl import liveness as L
 
@@ -204,9 +211,7 @@ def test_a_wait_ended_by_any_exception_keeps_the_group_and_an_idle_one_is_releas
         def wait(self, timeout):
             raise KeyboardInterrupt
 
-    store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
-    live = L.Liveness(store, rank=0, nranks=1, prefix="t")
-    try:
+    with _one_rank() as (_, live):
         pending, idle = object(), object()
         live.group = pending
         with pytest.raises(KeyboardInterrupt):
@@ -218,6 +223,3 @@ def test_a_wait_ended_by_any_exception_keeps_the_group_and_an_idle_one_is_releas
         live.group = idle
         live.close()
         assert live.group is None and not any(g is idle for g in L._graveyard)
-    finally:
-        live.leave("exited")
-        L._live.remove(live)
