@@ -7,12 +7,15 @@ import functools
 import html
 import http.server
 import json
+import os
 import queue
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -56,11 +59,34 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         self.end_headers()
 
 
+def _end_group(browser: subprocess.Popen) -> None:
+    """End the browser and every process it started (GPU, renderer, crash handler: its process group), and wait
+    until none is left: one still writing into the profile made removing the profile fail once."""
+    for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(browser.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            browser.poll()                  # reap the leader, so the group can empty
+            try:
+                os.killpg(browser.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+    browser.wait()
+
+
 def _chromium(args, timeout=240) -> str:
     with tempfile.TemporaryDirectory() as profile:
-        done = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
-                              text=True, timeout=timeout)
-    return done.stdout
+        browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        try:
+            out, _ = browser.communicate(timeout=timeout)
+        finally:
+            _end_group(browser)
+    return out
 
 
 def _page_report(url: str, extra=()) -> tuple[dict, str]:
@@ -77,18 +103,13 @@ def _page_report_live(url: str, extra=(), timeout=240) -> dict:
         RESULTS.get_nowait()
     with tempfile.TemporaryDirectory() as profile:
         browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *extra, url],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             return json.loads(RESULTS.get(timeout=timeout))
         except queue.Empty:
             pytest.fail(f"the page at {url} posted no result within {timeout} s")
         finally:
-            browser.terminate()
-            try:
-                browser.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                browser.kill()
-                browser.wait()
+            _end_group(browser)
 
 
 @pytest.fixture(scope="module")
