@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, Qwen3_5ForCausalLM
 from qwengpu import Device, MachineError
 from qwengpu import tokens as T
 from qwengpu.circuit import model as circuit_model
+from qwengpu.circuit.batched import Rendezvous, run_windows
 from qwengpu.circuit.model import ModelBackend
 from qwengpu.circuit.verify import verify_chunked
 from qwengpu.merge import VOCAB_FILE, main, merge, random_base
@@ -162,6 +163,65 @@ def test_large_activation_base_keeps_every_argmax(merged_large, stream):
         backend.model.model.layers[bridge].mlp.down_proj.weight.zero_()
     result = verify_chunked(backend, stream, chunk=128)
     assert result.mismatches, "the large base should move argmaxes once the bridge is gone"
+
+
+def test_batched_rows_at_different_positions_equal_their_forwards_alone(merged_large):
+    """Three ranks 5, 1 and 0 tokens in, their next token in one forward: the full-attention keys of the shorter rows
+    are padded and masked, and each row's logits are bit for bit those of its own forward (on this CPU; the masked
+    padding adds exact zeros), with large activations in the base's layers. Unmasked, they differ."""
+    fed = [[T.MEM(3), 9, T.MEM(4), 11, T.MEM(5)], [T.MEM(6)], []]
+    alone, rows = [], []
+    for sequence in fed:
+        backend, row = ModelBackend(checkpoint=merged_large[1]), ModelBackend(checkpoint=merged_large[1])
+        for token in sequence:
+            backend.feed(token)
+            row.feed(token)
+        backend.feed(T.MEM(7))
+        alone.append(backend)
+        rows.append(row)
+    ModelBackend.forward_batch(rows, [T.MEM(7)] * 3)
+    for backend, row in zip(alone, rows):
+        assert row.position == backend.position
+        assert torch.equal(row._logits, backend._logits), backend.position
+        for mine, theirs in zip(row.cache.layers, backend.cache.layers):
+            if getattr(theirs, "keys", None) is not None:
+                assert torch.equal(mine.keys, theirs.keys) and torch.equal(mine.values, theirs.values)
+
+
+def test_merged_ranks_batch_into_the_interpreters_streams(merged_large):
+    """Ranks of a merged model at different positions (rank r first writes 2r words alone) run their next window
+    batched (qwengpu.circuit.batched, as QLink's lockstep runs it): one forward per token position for the three,
+    and each rank writes the interpreter's tokens."""
+    rng = np.random.default_rng(7)
+    prefix = [rng.integers(-2**31, 2**31, 2 * rank).astype(np.int32) for rank in range(3)]
+    words = [rng.integers(-2**31, 2**31, 3).astype(np.int32) for _ in range(3)]
+
+    def prepare(dev, rank):
+        if rank:
+            dev.write(0, prefix[rank])
+
+    def window(dev, rank):
+        dev.write(40, words[rank])
+        return dev.read(40, 3)
+    reference, window_lengths = [], []
+    for rank in range(3):
+        dev = Device()
+        prepare(dev, rank)
+        before = len(dev.tokens)
+        window(dev, rank)
+        reference.append([t.id for t in dev.tokens])
+        window_lengths.append(len(dev.tokens) - before)
+    devices = {rank: Device(backend="model", checkpoint=str(merged_large[1])) for rank in range(3)}
+    for rank, dev in devices.items():
+        prepare(dev, rank)
+    rendezvous = Rendezvous()
+    outcomes = run_windows(devices, [0, 1, 2], lambda rank: window(devices[rank], rank), rendezvous=rendezvous)
+    for rank in range(3):
+        np.testing.assert_array_equal(outcomes[rank], words[rank])
+    assert [[t.id for t in devices[rank].tokens] for rank in range(3)] == reference
+    assert rendezvous.batch_sizes[0] == 3 and rendezvous.forwards == max(window_lengths)
+    del devices
+    circuit_model._shared_checkpoint.cache_clear()
 
 
 def test_a_base_token_argmax_is_a_machine_error(merged_backend):

@@ -3,13 +3,16 @@
 ``run_windows(devices, ranks, window)`` runs ``window(rank)`` for every rank. When two or more of the devices run
 model backends on one shared model (QLink's ranks in one process share it), each window runs in its own thread and
 every token a device feeds waits for the other devices' next tokens: the tokens that meet run as ONE forward with
-the batch dimension = rank, each rank keeping its own recurrent cache (``ModelBackend.forward_batch``). A lockstep
-tick is then one batched forward per token position of the record instead of one forward per rank. Devices that
-are done with their window leave the batch, so the others never wait for them. Any other backend runs the windows
-one after another, as before.
+the batch dimension = rank, each rank keeping its own cache (``ModelBackend.forward_batch``). A lockstep tick is
+then one batched forward per token position of the record instead of one forward per rank. Devices that are done
+with their window leave the batch, so the others never wait for them. Any other backend runs the windows one after
+another, as before.
 
-Only tokens move between the threads: what each rank computes depends only on its own tokens, so the streams are
-the unbatched ones (tests/test_batched.py checks it on the circuit and the bf16 model).
+Only tokens move between the threads, and each row of a batched forward computes what the rank's forward alone
+would: exactly on the compiled layers; on a merged model's full-attention layers, whose keys are padded to the
+longest rank's and the padding masked, up to the last bits of the base's values, which cannot move a GPU token's
+argmax (the margin argument in the circuit README). So the streams are the unbatched ones (tests/test_batched.py
+checks it on the circuit and the bf16 model, tests/test_merge.py on a merged model).
 
     from qwengpu.circuit.batched import run_windows
     statuses = run_windows(devices, [0, 1, 2, 3], lambda rank: engine.window(rank))
@@ -24,9 +27,9 @@ DEADLINE = 600.0        # seconds a rank waits for the batch's forward before it
 
 
 def batchable(devices: dict, ranks) -> bool:
-    """Whether the ranks' devices (more than one) are model backends that share one model and can batch it."""
+    """Whether the ranks' devices (more than one) are model backends that share one model."""
     backends = [devices[r].backend for r in ranks]
-    if len(backends) < 2 or not all(getattr(b, "can_batch", False) for b in backends):
+    if len(backends) < 2 or not all(hasattr(b, "forward_batch") for b in backends):
         return False
     return len({id(b.model) for b in backends}) == 1
 

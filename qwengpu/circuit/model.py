@@ -302,36 +302,58 @@ class ModelBackend:
         margins = (top2.values[:, 0] - top2.values[:, 1]).tolist()
         return argmax, margins
 
-    @property
-    def can_batch(self) -> bool:
-        """Whether ranks on this model can share a forward (qwengpu.circuit.batched): an all-linear-attention model.
-        A full-attention layer's KV cache grows with each rank's own position, so a merged model runs its ranks
-        one after another."""
-        return "full_attention" not in self.layer_types
-
     @staticmethod
     def forward_batch(backends: list, tokens: list[int]) -> None:
         """Feed ``tokens[i]`` to ``backends[i]`` in ONE forward of their shared model: the batch dimension is the
-        rank; each backend's recurrent cache is stacked into row i before the forward and written back after, so
-        each row computes exactly what a forward of its own would (qwengpu.circuit.batched)."""
+        rank, and each backend's cache is stacked into row i before the forward and written back after
+        (qwengpu.circuit.batched).
+
+        Linear-attention rows compute exactly what a forward of their own would. A merged model's full-attention
+        layers hold keys as long as each rank's own position, so shorter rows are padded on the left and the
+        padding masked out (an additive mask of the dtype's minimum: exact zero weights); the rows' positions are
+        their own. Only the base's layers see the padding, and the base's layers cannot move a GPU token's argmax
+        (the margin argument in the circuit README), so every rank writes the tokens it writes alone."""
         first = backends[0]
         torch = first.torch
-        if any(b.model is not first.model for b in backends) or not first.can_batch:
-            raise MachineError("forward_batch: the backends must share one all-linear-attention model")
+        if any(b.model is not first.model for b in backends):
+            raise MachineError("forward_batch: the backends must share one model")
         ids = [b._ids([t])[0] for b, t in zip(backends, tokens)]
         cache = new_cache(first.model, batch=len(backends), device=first.device)
         rows = [b.cache.layers for b in backends]
-        for index, layer in enumerate(cache.layers):
-            layer.conv_states[0].copy_(torch.cat([r[index].conv_states[0] for r in rows]))
-            layer.recurrent_states[0].copy_(torch.cat([r[index].recurrent_states[0] for r in rows]))
+        lengths = [b.position for b in backends]            # every position fed holds one key per full layer
+        longest = max(lengths)
+        for index, (kind, layer) in enumerate(zip(first.layer_types, cache.layers)):
+            if kind == "linear_attention":
+                layer.conv_states[0].copy_(torch.cat([r[index].conv_states[0] for r in rows]))
+                layer.recurrent_states[0].copy_(torch.cat([r[index].recurrent_states[0] for r in rows]))
+            elif longest:
+                filled = next(r[index] for r, n in zip(rows, lengths) if n == longest)
+                keys = filled.keys.new_zeros((len(rows),) + filled.keys.shape[1:])
+                values = filled.values.new_zeros((len(rows),) + filled.values.shape[1:])
+                for i, (r, n) in enumerate(zip(rows, lengths)):
+                    if n:
+                        keys[i, :, longest - n:] = r[index].keys[0]
+                        values[i, :, longest - n:] = r[index].values[0]
+                layer.lazy_initialization(keys, values)
+                layer.keys, layer.values = keys, values
+        masks = {"full_attention": None, "linear_attention": None}
+        if longest != min(lengths) and "full_attention" in first.layer_types:
+            dtype = next(first.model.parameters()).dtype
+            mask = torch.zeros(len(rows), 1, 1, longest + 1, dtype=dtype, device=first.device)
+            for i, n in enumerate(lengths):
+                mask[i, :, :, :longest - n] = torch.finfo(dtype).min
+            masks["full_attention"] = mask
         with torch.no_grad():
             out = first.model(input_ids=torch.tensor(ids, device=first.device)[:, None], past_key_values=cache,
-                              position_ids=torch.tensor([[b.position] for b in backends], device=first.device),
-                              use_cache=True, attention_mask={"full_attention": None, "linear_attention": None})
-        for index, layer in enumerate(cache.layers):
+                              position_ids=torch.tensor([[n] for n in lengths], device=first.device),
+                              use_cache=True, attention_mask=masks)
+        for index, (kind, layer) in enumerate(zip(first.layer_types, cache.layers)):
             for i, r in enumerate(rows):
-                r[index].conv_states[0].copy_(layer.conv_states[0][i:i + 1])
-                r[index].recurrent_states[0].copy_(layer.recurrent_states[0][i:i + 1])
+                if kind == "linear_attention":
+                    r[index].conv_states[0].copy_(layer.conv_states[0][i:i + 1])
+                    r[index].recurrent_states[0].copy_(layer.recurrent_states[0][i:i + 1])
+                else:                                       # the new key is every row's last
+                    r[index].update(layer.keys[i:i + 1, :, -1:], layer.values[i:i + 1, :, -1:])
         logits = out.logits[:, -1].float()
         for i, backend in enumerate(backends):
             backend._logits = logits[i]
