@@ -7,10 +7,13 @@
 #   bash bench/gpu_check.sh --split WHEEL    writes .whl-parts/NAME.part-00.. (60 MiB each) and NAME.sha256
 # Ignored files stay on a warm machine between calls, so carry one part per call (STEPS=none runs nothing), then
 # the last with .whl; a wheel whose parts are all there (its sha256 agrees) is joined and installed with the rest.
-# Then: the CuPy transport's tests, the NCCL comparison (2 ranks on one GPU), nccl-tests-style CuPy figures and the
-# bf16 model's exactness and speed (bench/model_gpu.py). Every step has a time limit; its output lands in OUT.
-# STEPS (default "tests float_sums nccl_compare perf_cupy model_gpu") picks steps (none: only the installs);
-# MODEL_GPU_ARGS adds arguments to model_gpu (e.g. --compile).
+# Then: the CuPy transport's tests, the NCCL comparison (2 ranks on one GPU), nccl-tests-style CuPy figures, the
+# bf16 model's exactness and speed (bench/model_gpu.py), and the merged model: a random base at Qwen3.5-2B's full
+# config merged and its kernel suite verified (merge), then its decode figures and the seed's table (merged_table,
+# reusing the merge a warm machine still holds in $MERGED). Every step has a time limit; its output lands in OUT.
+# STEPS (default "tests float_sums nccl_compare perf_cupy model_gpu merge merged_table") picks steps (none: only the
+# installs); one call may run 600 s, so a lease runs them in groups (README, "On a GPU"); MODEL_GPU_ARGS adds
+# arguments to both model_gpu runs (e.g. --compile).
 # Exit status: the first failing step's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -72,7 +75,8 @@ PYEOF
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 status=0
-STEPS="${STEPS:-tests float_sums nccl_compare perf_cupy model_gpu}"
+STEPS="${STEPS:-tests float_sums nccl_compare perf_cupy model_gpu merge merged_table}"
+MERGED="${MERGED:-/tmp/qccl-merged}"
 step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to OUT/NAME.txt, remember a failure
     local name=$1 limit=$2; shift 2
     case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
@@ -87,11 +91,15 @@ step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to O
 # the float sums held against the QwenGPUs bit for bit are a step of their own: the 2026-12-04 run lost its last six
 # to one shared time limit
 step tests 280 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "not float_sums"
-step float_sums 240 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "float_sums"
+step float_sums 240 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "on_a_gpu_float_sums"
 export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30+, experimental, no NVLS)
 step nccl_compare 100 $PY -m qccl_bench.nccl_compare --ranks 2 --count 4096 --backends nccl,cupy \
     --dtypes int32,uint32,int8,uint8,int64,uint64,float16,float32,float64 --json "$OUT/nccl_compare.json"
 step perf_cupy 40 $PY -m qccl_bench.perf all_reduce all_gather -b 4 -e 256 -g 2 --transport cupy -d int32
 step model_gpu 240 $PY -m qccl_bench.model_gpu --steps 200 --ranks 1,4,8 ${MODEL_GPU_ARGS:-}
+# the seed's model: the compiled layers in front of a 24-layer base (no real Qwen3.5-2B can reach the offline machine)
+step merge 300 $PY -m qccl_bench.merge_full "$MERGED" --device cuda --no-text
+step merged_table 420 $PY -m qccl_bench.model_gpu --checkpoint "$MERGED/merged" --no-report --steps 200 \
+    --ranks 1,4,8 ${MODEL_GPU_ARGS:-}
 echo "gpu_check: exit $status; figures in $OUT"
 exit "$status"

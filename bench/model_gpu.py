@@ -215,8 +215,14 @@ def main(argv=None) -> int:
     for ranks in batches:
         streams = list(record_allreduce(max(ranks, 2), 16).values())[:ranks]
         for compile in (False, True) if args.compile else (False,):
-            rate, mismatches, mode = decode_rate(shared.model, streams, args.steps, args.device, shared.offset,
-                                                 compile)
+            try:
+                rate, mismatches, mode = decode_rate(shared.model, streams, args.steps, args.device, shared.offset,
+                                                     compile)
+            except Exception as error:      # a lease is short: one failed measurement must not cost the others
+                failures += 1
+                print(f"| {ranks:>13} | {'torch.compile' if compile else 'plain'} step failed: "
+                      f"{type(error).__name__}: {error}", flush=True)
+                continue
             failures += mismatches
             print(f"| {ranks:>13} | {mode:<27} | {rate:>17.1f} | {rate * ranks:>18.1f} | {mismatches:>10} |",
                   flush=True)
