@@ -5,6 +5,7 @@ CUDA graph, ranks batched (batch dimension = rank). Skips cleanly without a GPU.
     python -m qccl_bench.model_gpu --checkpoint merged-2b  # the seed's table on a merged checkpoint
     python -m qccl_bench.model_gpu --device cpu --steps 4 --ranks 1,2 --no-table   # the same code on the CPU, short
     python -m qccl_bench.model_gpu --compile               # decode figures with the step compiled by torch.compile too
+    python -m qccl_bench.model_gpu --checkpoint merged-2b --ranks none --collectives allreduce   # one row of the table
 
 What it prints:
 1. which Gated DeltaNet implementation runs (transformers' torch functions, or the flash-linear-attention /
@@ -126,15 +127,18 @@ def decode_rate(model, streams: list, steps: int, device: str, offset: int = 0,
     return (steps - untimed) / seconds, mismatches, decoder.mode
 
 
-def seed_table(backend_options: dict, nranks: int = 4, count: int = 16) -> list[str]:
-    """The six collectives on ``nranks`` x ``count`` words over QLink on the model backend, timed and checked."""
+COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "sendrecv")
+
+
+def seed_table(backend_options: dict, nranks: int = 4, count: int = 16, collectives=COLLECTIVES):
+    """The collectives (the seed's six by default) on ``nranks`` x ``count`` words over QLink on the model backend,
+    timed and checked: one table row each, yielded as it is done."""
     import qccl
     rng = np.random.default_rng(0)
     send = [rng.integers(-2**20, 2**20, count).astype(np.int32) for _ in range(nranks)]
     total = np.sum(np.array(send, dtype=np.int64), axis=0).astype(np.int32)
     part = count // nranks
-    rows = []
-    for name in ("allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "sendrecv"):
+    for name in collectives:
         comms = qccl.Communicator.init_all(nranks, transport="qlink",
                                            config={"backend": "model", "backend_options": backend_options})
         recv = [np.zeros(count * (nranks if name == "allgather" else 1), np.int32) for _ in range(nranks)]
@@ -166,10 +170,9 @@ def seed_table(backend_options: dict, nranks: int = 4, count: int = 16) -> list[
         ok = np.array_equal(recv[0], total) if name == "reduce" else all(
             np.array_equal(g, e) for g, e in zip(got, expect[name]))
         written = [c.stats["tokens_written"] for c in comms]
-        rows.append(f"| {name:<14} | {seconds:>8.1f} s | {max(written):>6} | {'ok' if ok else 'WRONG':<5} |")
         for c in comms:
             c.destroy()
-    return rows
+        yield f"| {name:<14} | {seconds:>8.1f} s | {max(written):>6} | {'ok' if ok else 'WRONG':<5} |"
 
 
 def main(argv=None) -> int:
@@ -179,10 +182,16 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", default="1,4,8", help="ranks batched per measurement; none: no decode figures")
     parser.add_argument("--steps", type=int, default=400, help="decode steps per measurement")
     parser.add_argument("--no-table", action="store_true", help="skip the seed's table")
+    parser.add_argument("--collectives", default=",".join(COLLECTIVES),
+                        help="the seed's table's rows, comma-separated (default: all six)")
     parser.add_argument("--no-report", action="store_true", help="skip the per-layer exactness report")
     parser.add_argument("--compile", action="store_true",
                         help="also time the decode step compiled by torch.compile (inductor) for each batch")
     args = parser.parse_args(argv)
+    collectives = args.collectives.split(",")
+    unknown = sorted(set(collectives) - set(COLLECTIVES))
+    if unknown:
+        parser.error(f"--collectives {','.join(unknown)}: not among {', '.join(COLLECTIVES)}")
     import torch
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("model_gpu: skipped, no CUDA device here (run with --device cpu for the CPU path)")
@@ -232,7 +241,7 @@ def main(argv=None) -> int:
             options["checkpoint"] = args.checkpoint
         print("seed's table, 4 ranks x 16 words on the bf16 model over QLink:")
         print("| collective     |       wall | tokens | check |")
-        for row in seed_table(options):
+        for row in seed_table(options, collectives=collectives):
             failures += "WRONG" in row
             print(row, flush=True)
     print(f"failures: {failures}")

@@ -109,3 +109,12 @@ def test_gpu_benchmark_skips_cleanly_without_a_gpu():
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert "skipped, no CUDA device" in result.stdout
+
+
+def test_gpu_benchmark_refuses_an_unknown_collective():
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-m", "qccl_bench.model_gpu", "--collectives", "allreduce,allreduse"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "--collectives allreduse: not among allreduce, broadcast" in result.stderr

@@ -78,10 +78,17 @@ def _end_group(browser: subprocess.Popen) -> None:
     browser.wait()
 
 
+def _browser(profile: str, args, **streams) -> subprocess.Popen:
+    """Chromium on a fresh profile in a process group of its own (so _end_group can end all of it), with its
+    temporary files (the singleton socket's directory, which an ended browser leaves) inside the profile, removed
+    with it."""
+    return subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], stderr=subprocess.DEVNULL,
+                            start_new_session=True, env={**os.environ, "TMPDIR": profile}, **streams)
+
+
 def _chromium(args, timeout=240) -> str:
     with tempfile.TemporaryDirectory() as profile:
-        browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        browser = _browser(profile, args, stdout=subprocess.PIPE, text=True)
         try:
             out, _ = browser.communicate(timeout=timeout)
         finally:
@@ -102,8 +109,7 @@ def _page_report_live(url: str, extra=(), timeout=240) -> dict:
     while not RESULTS.empty():
         RESULTS.get_nowait()
     with tempfile.TemporaryDirectory() as profile:
-        browser = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *extra, url],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        browser = _browser(profile, [*extra, url], stdout=subprocess.DEVNULL)
         try:
             return json.loads(RESULTS.get(timeout=timeout))
         except queue.Empty:
