@@ -156,7 +156,8 @@ def inject(fault: str, n: int, victim: int, at: int, calls: int, seed: int, laun
         if launcher == "torchrun":
             if fault == "launcher":
                 raise ValueError("the launcher fault is qccl.launch's (torchrun's agent is torch's)")
-            start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
+            start = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n),
+                     "--log-dir", str(Path(d) / "torchrun")]         # removed with d, not left in /tmp
         else:
             start = [sys.executable, "-m", "qccl.launch", "-n", str(n), "--grace", str(GRACE)]
         cmd = start + ["-m", "qccl_bench.faults", "--worker", "--fault", fault if fault != "launcher" else "none",

@@ -19,8 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run(tmp_path, n: int, backend: str, short: bool) -> list[list[dict]]:
     out = tmp_path / backend
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), "-m",
-           "qccl_bench.torch_check", "--backend", backend, "--json", str(out)] + (["--short"] if short else [])
+    # --log-dir: torchrun's per-rank error-file directories go under pytest's tmp_path, not a new /tmp directory a run
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n),
+           "--log-dir", str(tmp_path / f"torchrun-{backend}"), "-m", "qccl_bench.torch_check", "--backend", backend,
+           "--json", str(out)] + (["--short"] if short else [])
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(n)]

@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def train(tmp_path, n: int, backend: str, steps: int = 4) -> list[dict]:
     out = tmp_path / backend
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n), "-m",
-           "qccl_bench.ddp_float", "--backend", backend, "--steps", str(steps), "--json", str(out)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n),
+           "--log-dir", str(tmp_path / f"torchrun-{backend}"),       # not a new /tmp directory a run
+           "-m", "qccl_bench.ddp_float", "--backend", backend, "--steps", str(steps), "--json", str(out)]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(n)]
