@@ -99,7 +99,7 @@ step perf_cupy 40 $PY -m qccl_bench.perf all_reduce all_gather -b 4 -e 256 -g 2 
 step model_gpu 240 $PY -m qccl_bench.model_gpu --steps 200 --ranks 1,4,8 ${MODEL_GPU_ARGS:-}
 # the seed's model: the compiled layers in front of a 24-layer base (no real Qwen3.5-2B can reach the offline machine)
 step merge 300 $PY -m qccl_bench.merge_full "$MERGED" --device cuda --no-text
-step merged_table 420 $PY -m qccl_bench.model_gpu --checkpoint "$MERGED/merged" --no-report --steps 200 \
+step merged_table 540 $PY -m qccl_bench.model_gpu --checkpoint "$MERGED/merged" --no-report --steps 200 \
     --ranks 1,4,8 ${MODEL_GPU_ARGS:-}
 echo "gpu_check: exit $status; figures in $OUT"
 exit "$status"
