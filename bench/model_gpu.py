@@ -217,6 +217,9 @@ def main(argv=None) -> int:
                   f"{report.mismatches} mismatches, min margin {report.min_margin:g}", flush=True)
             del backend
     shared = ModelBackend(checkpoint=args.checkpoint, dtype="bfloat16", device=args.device)
+    if args.compile and "full_attention" in shared.layer_types:
+        parser.error(f"--compile: {args.checkpoint} has full-attention layers, whose keys grow at every decode step, "
+                     "so a step compiled for fixed shapes would recompile at every step; run it without --compile")
     batches = [] if args.ranks == "none" else [int(r) for r in args.ranks.split(",")]
     if batches:
         print("| ranks batched | decode step                 | tokens/s per rank | tokens/s all ranks | mismatches |")

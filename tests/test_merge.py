@@ -224,6 +224,18 @@ def test_merged_ranks_batch_into_the_interpreters_streams(merged_large):
     circuit_model._shared_checkpoint.cache_clear()
 
 
+def test_gpu_benchmark_refuses_to_compile_a_merged_models_step(merged):
+    """A merged model's full-attention keys grow every step: a step compiled for fixed shapes would recompile each
+    time, so qccl_bench.model_gpu refuses --compile for it, naming why (on the CPU path: the refusal is the same)."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-m", "qccl_bench.model_gpu", "--device", "cpu", "--checkpoint",
+                             str(merged[1]), "--no-report", "--no-table", "--ranks", "1", "--compile"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "has full-attention layers" in result.stderr and "without --compile" in result.stderr
+
+
 def test_a_base_token_argmax_is_a_machine_error(merged_backend):
     backend = merged_backend
     backend._reset()
