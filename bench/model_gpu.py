@@ -106,6 +106,8 @@ def decode_rate(model, streams: list, steps: int, device: str, offset: int = 0,
     decoder = Decoder(model, len(streams), device, compile=compile)
     steps = min(steps, min(len(s) for s in streams))
     untimed = 2 if compile else 0
+    if steps <= untimed:
+        raise ValueError(f"{steps} decode steps: a compiled step needs more than its {untimed} untimed ones")
     predicted = []
     for position in range(steps):
         if position == untimed:
@@ -204,6 +206,10 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
     print(f"device: {name}, torch {torch.__version__}, bf16")
     print(f"Gated DeltaNet: {gdn_implementation()}", flush=True)
+    shared = ModelBackend(checkpoint=args.checkpoint, dtype="bfloat16", device=args.device)
+    if args.compile and "full_attention" in shared.layer_types:       # before the report's minutes are spent
+        parser.error(f"--compile: {args.checkpoint} has full-attention layers, whose keys grow at every decode step, "
+                     "so a step compiled for fixed shapes would recompile at every step; run it without --compile")
     failures = 0
     if not args.no_report:
         stream = vadd_stream()
@@ -216,10 +222,6 @@ def main(argv=None) -> int:
             print(f"  {label:<9} path: max deviation from the exact circuit over all layers {worst:g}, "
                   f"{report.mismatches} mismatches, min margin {report.min_margin:g}", flush=True)
             del backend
-    shared = ModelBackend(checkpoint=args.checkpoint, dtype="bfloat16", device=args.device)
-    if args.compile and "full_attention" in shared.layer_types:
-        parser.error(f"--compile: {args.checkpoint} has full-attention layers, whose keys grow at every decode step, "
-                     "so a step compiled for fixed shapes would recompile at every step; run it without --compile")
     batches = [] if args.ranks == "none" else [int(r) for r in args.ranks.split(",")]
     if batches:
         print("| ranks batched | decode step                 | tokens/s per rank | tokens/s all ranks | mismatches |")
