@@ -88,7 +88,7 @@ OPS: dict[str, tuple[int, object]] = {
 OP_NAMES = {code: name for name, (code, _) in OPS.items()}
 DIVISIONS = ("div_u", "div_s", "rem_u", "rem_s")        # the ops whose B is a divisor
 # Every backend divides by an immediate 1..IMMEDIATE_DIVISORS (NCCL's avg divides by the rank count); the lowering
-# builds a division by a register from add / or / shift / compare ops (qwengpu.lowering.emit, long division).
+# builds a division by a register from add / or / shift / compare ops (qwengpu.lowering.arithmetic, long division).
 IMMEDIATE_DIVISORS = 8
 
 # Branch kinds. "nonzero" / "zero" are uniform: every active lane must see the same X (a warp-uniform loop such as

@@ -4,7 +4,7 @@ offset into the operands that read them, dead and overwritten ops removed.
 
 Example::
 
-    >>> from qwengpu.lowering.emit import MOp
+    >>> from qwengpu.lowering.mop import MOp
     >>> mops = fuse([MOp("add", ("tid", 0), (None, 1), "%r1"), MOp("a", ("%r1", 0), store=("tid", 0))])
     >>> len(mops), mops[0].store
     (1, ('tid', 0))
