@@ -3,10 +3,13 @@
     python -m qccl_bench.circuit_speed                   # replays the vadd kernel's stream on each backend
     python -m qccl_bench.circuit_speed --dtypes bfloat16
     python -m qccl_bench.circuit_speed --allreduce       # also a 4-rank, 16-word AllReduce over QLink on the circuit
+    python -m qccl_bench.circuit_speed --dtypes "" --batched 4 [--checkpoint DIR]   # a batched tick of 4 ranks
 
 Each backend is fed the same recorded stream one token at a time (every token is a forward pass with the recurrent
 cache); the table gives the median and the 90th percentile of the per-token times, the build time, and whether every
-model-written token was predicted (it must be).
+model-written token was predicted (it must be). ``--batched N`` times ``ModelBackend.forward_batch``: N bf16 ranks
+sharing one model (the compiled one, or a merged / compiled checkpoint), at different positions, one token each per
+tick; the median of the ticks' wall times.
 """
 from __future__ import annotations
 
@@ -51,11 +54,35 @@ def allreduce(nranks: int = 4, count: int = 16) -> str:
             f"{'identical to' if same else 'DIFFERS from'} numpy")
 
 
+def batched(ranks: int, ticks: int = 10, checkpoint: str | None = None) -> str:
+    """Median wall time of a batched tick: ``ranks`` bf16 model backends on one shared model, rank r first fed
+    r + 1 tokens alone (so a merged model's full-attention rows differ in length), then ``ticks`` forwards of
+    one token per rank (two untimed first: the bank is made at the first)."""
+    from qwengpu import tokens as T
+    from qwengpu.circuit.model import ModelBackend
+    backends = [ModelBackend(checkpoint=checkpoint) for _ in range(ranks)]
+    for rank, backend in enumerate(backends):
+        for _ in range(rank + 1):
+            backend.feed(T.MEM(7))
+    times = []
+    for tick in range(ticks + 2):
+        started = time.perf_counter()
+        ModelBackend.forward_batch(backends, [T.MEM(7)] * ranks)
+        times.append(time.perf_counter() - started)
+    median = statistics.median(times[2:])
+    return (f"batched tick, {ranks} ranks on {checkpoint or 'the compiled model'} (bf16): {median * 1e3:.1f} ms "
+            f"median of {ticks}, {1 / median:.2f} tokens/s per rank")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m qccl_bench.circuit_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="bfloat16,float32", help="model dtypes to time (comma separated)")
     parser.add_argument("--allreduce", action="store_true", help="also time a 4-rank AllReduce on the circuit")
+    parser.add_argument("--batched", type=int, default=0, metavar="N", help="also time a batched tick of N ranks")
+    parser.add_argument("--checkpoint", help="with --batched: a merged or compiled checkpoint directory")
     args = parser.parse_args(argv)
+    if args.batched < 0:
+        parser.error(f"--batched {args.batched}: a number of ranks, 1 or more (0: no batched tick)")
     stream = vadd_stream()
     print("| backend          |      build | median/token |    p90/token | tokens | mismatches |")
     print("|------------------|------------|--------------|--------------|--------|------------|")
@@ -65,6 +92,8 @@ def main(argv=None) -> None:
         print(measure(f"model {dtype}", lambda: ModelBackend(dtype=dtype), stream), flush=True)
     if args.allreduce:
         print(allreduce(), flush=True)
+    if args.batched:
+        print(batched(args.batched, checkpoint=args.checkpoint), flush=True)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,51 @@ def test_forward_batch_rows_equal_single_forwards():
         assert torch.equal(backend._logits, logits)
 
 
+def test_banked_ranks_keep_their_own_states_whatever_batches_they_form():
+    """Ranks batch as a state bank (ModelBackend.forward_batch): once banked, each rank's cache views its row, so a
+    batch of consecutive rows updates them in place; a batch of rows out of order or with a gap is gathered and
+    scattered back; a lone feed writes the rank's row. Every rank's logits and states stay those of the same
+    tokens fed alone, bit for bit."""
+    from qwengpu import tokens as T
+    from qwengpu.circuit.model import StateBank
+    rng = np.random.default_rng(3)
+    feeds = [[int(t) for t in rng.integers(0, T.VOCAB_SIZE, 5)] for _ in range(3)]
+    alone = [ModelBackend() for _ in range(3)]
+    for backend, sequence in zip(alone, feeds):
+        for token in sequence:
+            backend.feed(token)
+    a, b, c = banked = [ModelBackend() for _ in range(3)]
+    fed = [0, 0, 0]
+
+    def batch(*members):
+        indices = [banked.index(m) for m in members]
+        ModelBackend.forward_batch(list(members), [feeds[i][fed[i]] for i in indices])
+        for i in indices:
+            fed[i] += 1
+
+    batch(a, b, c)                                     # banked: rows 0, 1, 2
+    bank = a.bank[0]
+    batch(a, c)                                        # rows 0 and 2: gathered and scattered back
+    b.feed(feeds[1][fed[1]]); fed[1] += 1              # alone: into its own row
+    batch(b, c)                                        # rows 1..2: a view of the bank
+    batch(c, a)                                        # out of order: gathered
+    a.feed(feeds[0][fed[0]]); fed[0] += 1
+    batch(a, b)                                        # rows 0..1
+    batch(b, c)
+    assert fed == [5, 5, 5] and all(m.bank[0] is bank for m in banked)
+    for row, (mine, theirs) in enumerate(zip(banked, alone)):
+        assert torch.equal(mine._logits, theirs._logits), row
+        for kind, layer, reference, rows in zip(mine.layer_types, mine.cache.layers, theirs.cache.layers,
+                                                bank.cache.layers):
+            assert kind == "linear_attention"
+            assert torch.equal(layer.recurrent_states[0], reference.recurrent_states[0])
+            assert torch.equal(layer.conv_states[0], reference.conv_states[0])
+            # the rank's state is its row of the bank, not a copy of it
+            assert layer.recurrent_states[0].data_ptr() == rows.recurrent_states[0][row].data_ptr()
+            assert layer.conv_states[0].data_ptr() == rows.conv_states[0][row].data_ptr()
+    assert isinstance(bank, StateBank)
+
+
 def test_a_rank_that_fails_does_not_hold_the_others():
     devices = {r: Device(backend="circuit") for r in range(2)}
 

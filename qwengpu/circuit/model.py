@@ -245,6 +245,7 @@ class ModelBackend:
 
     def _reset(self) -> None:
         self.cache = new_cache(self.model, batch=1, device=self.device)
+        self.bank: tuple[StateBank, int] | None = None      # (bank, row) once a batched forward banked it
         self._logits = None
         self.position = 0
 
@@ -305,41 +306,41 @@ class ModelBackend:
     @staticmethod
     def forward_batch(backends: list, tokens: list[int]) -> None:
         """Feed ``tokens[i]`` to ``backends[i]`` in ONE forward of their shared model: the batch dimension is the
-        rank, and each backend's cache is stacked into row i before the forward and written back after
-        (qwengpu.circuit.batched).
+        rank (qwengpu.circuit.batched).
 
-        Linear-attention rows compute exactly what a forward of their own would. A merged model's full-attention
-        layers hold keys as long as each rank's own position, so shorter rows are padded on the left and the
-        padding masked out (an additive mask of the dtype's minimum: exact zero weights); the rows' positions are
-        their own. Only the base's layers see the padding, and the base's layers cannot move a GPU token's argmax
-        (the margin argument in the circuit README), so every rank writes the tokens it writes alone."""
+        The ranks' linear-attention states are rows of a ``StateBank``: each backend's own cache holds views of its
+        row, and transformers updates states in place, so a forward over the bank's consecutive rows updates every
+        rank's states with no copy in or out. A merged model's full-attention layers hold keys as long as each
+        rank's own position: they are stacked per forward, shorter rows padded on the left and the padding masked
+        out (an additive mask of the dtype's minimum: exact zero weights), and each row's new key is appended to
+        its rank's cache; the rows' positions are their own. Only the base's layers see the padding, and the base's
+        layers cannot move a GPU token's argmax (the margin argument in the circuit README), so every rank writes
+        the tokens it writes alone."""
         first = backends[0]
         torch = first.torch
         if any(b.model is not first.model for b in backends):
             raise MachineError("forward_batch: the backends must share one model")
         ids = [b._ids([t])[0] for b, t in zip(backends, tokens)]
-        cache = new_cache(first.model, batch=len(backends), device=first.device)
-        rows = [b.cache.layers for b in backends]
+        bank = StateBank.holding(backends)
+        cache, rows = bank.batch(backends)
         lengths = [b.position for b in backends]            # every position fed holds one key per full layer
         longest = max(lengths)
         for index, (kind, layer) in enumerate(zip(first.layer_types, cache.layers)):
-            if kind == "linear_attention":
-                layer.conv_states[0].copy_(torch.cat([r[index].conv_states[0] for r in rows]))
-                layer.recurrent_states[0].copy_(torch.cat([r[index].recurrent_states[0] for r in rows]))
-            elif longest:
-                filled = next(r[index] for r, n in zip(rows, lengths) if n == longest)
-                keys = filled.keys.new_zeros((len(rows),) + filled.keys.shape[1:])
-                values = filled.values.new_zeros((len(rows),) + filled.values.shape[1:])
-                for i, (r, n) in enumerate(zip(rows, lengths)):
+            if kind == "full_attention" and longest:
+                mine = [b.cache.layers[index] for b in backends]
+                filled = next(m for m, n in zip(mine, lengths) if n == longest)
+                keys = filled.keys.new_zeros((len(mine),) + filled.keys.shape[1:])
+                values = filled.values.new_zeros((len(mine),) + filled.values.shape[1:])
+                for i, (m, n) in enumerate(zip(mine, lengths)):
                     if n:
-                        keys[i, :, longest - n:] = r[index].keys[0]
-                        values[i, :, longest - n:] = r[index].values[0]
+                        keys[i, :, longest - n:] = m.keys[0]
+                        values[i, :, longest - n:] = m.values[0]
                 layer.lazy_initialization(keys, values)
                 layer.keys, layer.values = keys, values
         masks = {"full_attention": None, "linear_attention": None}
         if longest != min(lengths) and "full_attention" in first.layer_types:
             dtype = next(first.model.parameters()).dtype
-            mask = torch.zeros(len(rows), 1, 1, longest + 1, dtype=dtype, device=first.device)
+            mask = torch.zeros(len(backends), 1, 1, longest + 1, dtype=dtype, device=first.device)
             for i, n in enumerate(lengths):
                 mask[i, :, :, :longest - n] = torch.finfo(dtype).min
             masks["full_attention"] = mask
@@ -347,13 +348,14 @@ class ModelBackend:
             out = first.model(input_ids=torch.tensor(ids, device=first.device)[:, None], past_key_values=cache,
                               position_ids=torch.tensor([[n] for n in lengths], device=first.device),
                               use_cache=True, attention_mask=masks)
+        if rows is not None:
+            bank.scatter(cache, rows)
         for index, (kind, layer) in enumerate(zip(first.layer_types, cache.layers)):
-            for i, r in enumerate(rows):
-                if kind == "linear_attention":
-                    r[index].conv_states[0].copy_(layer.conv_states[0][i:i + 1])
-                    r[index].recurrent_states[0].copy_(layer.recurrent_states[0][i:i + 1])
-                else:                                       # the new key is every row's last
-                    r[index].update(layer.keys[i:i + 1, :, -1:], layer.values[i:i + 1, :, -1:])
+            if kind == "full_attention":                    # the new key is every row's last
+                for i, b in enumerate(backends):
+                    b.cache.layers[index].update(layer.keys[i:i + 1, :, -1:], layer.values[i:i + 1, :, -1:])
+                layer.keys = layer.values = None            # fresh again: the next forward stacks anew
+                layer.is_initialized = False
         logits = out.logits[:, -1].float()
         for i, backend in enumerate(backends):
             backend._logits = logits[i]
@@ -401,6 +403,74 @@ def new_cache(model, batch: int = 1, device: str = "cpu"):
                                          config.linear_value_head_dim, dtype=torch.float32, device=device))
         layer.has_previous_state[0] = True
     return cache
+
+
+class StateBank:
+    """The linear-attention states of ranks that batch on one shared model, as rows of one tensor per state.
+
+    A bank is made for a batch of backends: their states are copied into rows 0..n-1 once, and each backend's own
+    cache is pointed at views of its row (``backend.bank`` = (bank, row)). Transformers updates conv and recurrent
+    states in place (``copy_``, to keep CUDA graphs' static addresses), so a lone feed writes the backend's row and
+    a forward over a slice of consecutive rows writes every member's states at once: a batched tick copies no
+    state. A batch whose members are rows of one bank but not consecutive ones (a rank left the window early) is
+    gathered and scattered back, one operation per state; any other batch gets a bank of its own.
+
+        bank = StateBank.holding(backends)
+        cache, rows = bank.batch(backends)      # rows is None when the cache views the bank
+    """
+
+    def __init__(self, backends: list):
+        first = backends[0]
+        self.cache = new_cache(first.model, batch=len(backends), device=first.device)
+        self.linear = [i for i, kind in enumerate(first.layer_types) if kind == "linear_attention"]
+        self.views: dict[tuple[int, int], object] = {}
+        for row, backend in enumerate(backends):
+            for index in self.linear:
+                banked, mine = self.cache.layers[index], backend.cache.layers[index]
+                banked.conv_states[0][row:row + 1].copy_(mine.conv_states[0])
+                banked.recurrent_states[0][row:row + 1].copy_(mine.recurrent_states[0])
+                mine.conv_states[0] = banked.conv_states[0][row:row + 1]
+                mine.recurrent_states[0] = banked.recurrent_states[0][row:row + 1]
+            backend.bank = (self, row)
+
+    @classmethod
+    def holding(cls, backends: list) -> "StateBank":
+        """The bank every backend's states are rows of, or a new bank of these backends."""
+        bank = backends[0].bank[0] if backends[0].bank else None
+        if bank is None or any(b.bank is None or b.bank[0] is not bank for b in backends):
+            bank = cls(backends)
+        return bank
+
+    def batch(self, backends: list):
+        """(cache, rows): a batched cache for a forward of these members, in their order. Consecutive rows: a cache
+        viewing the bank (rows None: the forward updates the members in place); otherwise a gathered copy, to be
+        scattered back to ``rows`` after the forward."""
+        rows = [b.bank[1] for b in backends]
+        start, n = rows[0], len(rows)
+        if rows == list(range(start, start + n)):
+            if (start, n) not in self.views:
+                view = new_cache(backends[0].model, batch=n, device=backends[0].device)
+                for index in self.linear:
+                    banked, layer = self.cache.layers[index], view.layers[index]
+                    layer.conv_states[0] = banked.conv_states[0][start:start + n]
+                    layer.recurrent_states[0] = banked.recurrent_states[0][start:start + n]
+                self.views[start, n] = view
+            return self.views[start, n], None
+        torch = backends[0].torch
+        where = torch.tensor(rows, device=backends[0].device)
+        gathered = new_cache(backends[0].model, batch=n, device=backends[0].device)
+        for index in self.linear:
+            banked, layer = self.cache.layers[index], gathered.layers[index]
+            layer.conv_states[0] = banked.conv_states[0].index_select(0, where)
+            layer.recurrent_states[0] = banked.recurrent_states[0].index_select(0, where)
+        return gathered, where
+
+    def scatter(self, cache, rows) -> None:
+        """Write a gathered cache's states back to the bank's ``rows``."""
+        for index in self.linear:
+            banked, layer = self.cache.layers[index], cache.layers[index]
+            banked.conv_states[0].index_copy_(0, rows, layer.conv_states[0])
+            banked.recurrent_states[0].index_copy_(0, rows, layer.recurrent_states[0])
 
 
 def _cache_state(cache) -> list:
