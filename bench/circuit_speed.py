@@ -67,7 +67,7 @@ def batched(ranks: int, ticks: int = 10, checkpoint: str | None = None) -> str:
     times = []
     for tick in range(ticks + 2):
         started = time.perf_counter()
-        ModelBackend.forward_batch(backends, [T.MEM(7)] * ranks)
+        ModelBackend.forward_batch(backends, [[T.MEM(7)]] * ranks)
         times.append(time.perf_counter() - started)
     median = statistics.median(times[2:])
     return (f"batched tick, {ranks} ranks on {checkpoint or 'the compiled model'} (bf16): {median * 1e3:.1f} ms "

@@ -139,6 +139,10 @@ class Device:
     transport; ``router.route(address)`` returns an aperture (with ``.multicast``) or None for local memory.
     token_log: None keeps the whole stream in ``tokens`` (what verification replays); a number keeps at least that
     many of the latest positions, trimmed between launches (a long-lived device's memory stays flat).
+
+    A backend is fed tokens (``feed``), predicts the next (``predict``) and saves and puts back its state
+    (``snapshot`` / ``restore``). A backend with ``feed_run`` (the model) is given the tokens fed between two
+    predictions as one run, when the next prediction (or a snapshot) needs them: one forward instead of one a token.
     """
 
     def __init__(self, backend: str = "interpreter", router=None, token_log: int | None = None, **options):
@@ -154,7 +158,10 @@ class Device:
         self._launch = None     # (kernel, program, warps left, records) while busy
         self._pending: int | None = None
         self._snapshot = None
-        self._fresh = self.backend.snapshot()      # the empty context, for rebase()
+        # Tokens fed since the backend's last prediction, for a backend that takes them as one run (feed_run:
+        # the model backend, one forward for a host copy or a ROM row instead of one per token).
+        self._unfed: list[int] = []
+        self._fresh = self._backend_snapshot()      # the empty context, for rebase()
         self.rebases = 0
         self.context_starts = [0]                 # where each context begins in self.tokens (rebase starts one)
 
@@ -199,7 +206,7 @@ class Device:
         if self._launch is not None:
             raise MachineError(f"rebase during a launch of {self._launch['kernel'].name}: rebase between launches")
         words = self.read(0, SINK)
-        self.backend.restore(self._fresh)
+        self._backend_restore(self._fresh)
         self._rom = [None] * len(self._rom)
         self.context_starts.append(len(self.tokens))
         self.write(0, words)
@@ -267,14 +274,14 @@ class Device:
         for block in range(blocks):
             kernel.program(args, threads, block, blocks, shared)
         # A failure in a later block puts back what the earlier blocks did too: the grid is one launch.
-        before = (self.backend.snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
+        before = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
                   list(self.launch_records))
         try:
             for block in range(blocks):
                 self._run_block(kernel, threads, args, max_records, block, blocks, shared)
         except Exception:
             state, length, stats, rom, launch_records = before
-            self.backend.restore(state)
+            self._backend_restore(state)
             del self.tokens[length:]
             self.stats, self._rom, self.launch_records, self._outbox = stats, rom, launch_records, []
             raise
@@ -317,7 +324,7 @@ class Device:
         program = kernel.program(args, threads, block, blocks, shared)
         self._check_supported(kernel, program)
         self._check_reserved(kernel, program)
-        self._snapshot = (self.backend.snapshot(), len(self.tokens), dict(self.stats), list(self._rom))
+        self._snapshot = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom))
         for row, block in enumerate(program.blocks):
             words = encode_block(block)
             if self._rom[row] != words:
@@ -464,7 +471,7 @@ class Device:
             self._launch = None
             return
         state, length, stats, rom = self._snapshot
-        self.backend.restore(state)
+        self._backend_restore(state)
         del self.tokens[length:]
         self.stats, self._rom = stats, rom
         self._launch, self._pending, self._snapshot, self._outbox = None, None, None, []
@@ -473,6 +480,7 @@ class Device:
 
     # -- the token stream ------------------------------------------------------------------------------------------
     def _predict(self) -> int:
+        self._flush()
         return self.backend.predict()
 
     def _write(self) -> int:
@@ -482,13 +490,31 @@ class Device:
         return token
 
     def _feed(self, token: int, origin: str, written: int | None = None) -> None:
-        self.backend.feed(token)
+        if hasattr(self.backend, "feed_run"):
+            self._unfed.append(token)
+        else:
+            self.backend.feed(token)
         self.tokens.append(token, origin, written)
         self.stats["tokens_written" if origin == T.MODEL else "tokens_fed"] += 1
 
     def _feed_all(self, tokens: Sequence[int], origin: str) -> None:
         for token in tokens:
             self._feed(token, origin)
+
+    def _flush(self) -> None:
+        """Give the backend the tokens fed since its last prediction, as one run. Nothing reads a prediction inside
+        a run, so the backend sees the stream it would see token by token (``ModelBackend.feed_run``)."""
+        if self._unfed:
+            run, self._unfed = self._unfed, []
+            self.backend.feed_run(run)
+
+    def _backend_snapshot(self):
+        self._flush()
+        return self.backend.snapshot()
+
+    def _backend_restore(self, state) -> None:
+        self._unfed = []            # fed after the snapshot: dropped with the rest of what came after it
+        self.backend.restore(state)
 
 
 def _integer(value, what: str) -> int:

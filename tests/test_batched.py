@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from qwengpu import Device
+from qwengpu import Device, MachineError
+from qwengpu import tokens as T
 from qwengpu.circuit.batched import Rendezvous, run_windows
 from qwengpu.circuit.model import ModelBackend
 
@@ -49,7 +50,7 @@ def test_circuit_ranks_in_a_rendezvous_write_the_unbatched_streams():
     devices = {r: Device(backend="circuit") for r in range(3)}
     rendezvous = run_batched(devices, force=True)
     assert [[t.id for t in devices[r].tokens] for r in range(3)] == reference_streams()
-    assert max(rendezvous.batch_sizes) == 3 and rendezvous.forwards < sum(len(s) for s in reference_streams())
+    assert max(rendezvous.batch_sizes) == 3
 
 
 @pytest.mark.slow  # make verify: bf16 model on three ranks
@@ -59,8 +60,11 @@ def test_bf16_model_ranks_share_one_forward_and_write_the_unbatched_streams():
     rendezvous = run_batched(devices)
     streams = reference_streams()
     assert [[t.id for t in devices[r].tokens] for r in range(3)] == streams
-    assert rendezvous.forwards == max(len(s) for s in streams)               # one forward per position
-    assert rendezvous.batch_sizes[0] == 3
+    # A run ends at each prediction: batched, the three ranks' runs took fewer forwards than the runs alone, and
+    # far fewer than one forward per token.
+    runs = sum(sum(t.origin == T.MODEL for t in devices[r].tokens) for r in range(3))
+    assert max(rendezvous.batch_sizes) == 3
+    assert rendezvous.forwards < runs < max(len(s) for s in streams) * 3
 
 
 def test_forward_batch_rows_equal_single_forwards():
@@ -74,9 +78,37 @@ def test_forward_batch_rows_equal_single_forwards():
         alone.append(backend._logits.clone())
     backends = [ModelBackend(), ModelBackend()]
     for step in range(2):
-        ModelBackend.forward_batch(backends, [sequence[step] for sequence in tokens])
+        ModelBackend.forward_batch(backends, [[sequence[step]] for sequence in tokens])
     for backend, logits in zip(backends, alone):
         assert torch.equal(backend._logits, logits)
+
+
+def fed_one_by_one(feeds):
+    """A model backend per token list, fed its tokens one forward each (the reference for batched runs)."""
+    backends = [ModelBackend() for _ in feeds]
+    for backend, sequence in zip(backends, feeds):
+        for token in sequence:
+            backend.feed(token)
+    return backends
+
+
+def test_batched_runs_equal_tokens_fed_one_by_one():
+    """Runs of several tokens, one per rank, in one forward: every rank's logits and states are those of its
+    tokens fed one by one, bit for bit (the chunked rule is exact on the compiled layers)."""
+    rng = np.random.default_rng(11)
+    feeds = [[int(t) for t in rng.integers(0, T.VOCAB_SIZE, 7)] for _ in range(2)]
+    alone = fed_one_by_one(feeds)
+    backends = [ModelBackend() for _ in range(2)]
+    ModelBackend.forward_batch(backends, [sequence[:1] for sequence in feeds])
+    ModelBackend.forward_batch(backends, [sequence[1:7] for sequence in feeds])
+    for mine, theirs in zip(backends, alone):
+        assert mine.position == theirs.position == 7
+        assert torch.equal(mine._logits, theirs._logits)
+        for layer, reference in zip(mine.cache.layers, theirs.cache.layers):
+            assert torch.equal(layer.recurrent_states[0], reference.recurrent_states[0])
+            assert torch.equal(layer.conv_states[0], reference.conv_states[0])
+    with pytest.raises(MachineError, match="runs of one length"):
+        ModelBackend.forward_batch(backends, [[1, 2], [3]])
 
 
 def test_banked_ranks_keep_their_own_states_whatever_batches_they_form():
@@ -84,20 +116,16 @@ def test_banked_ranks_keep_their_own_states_whatever_batches_they_form():
     batch of consecutive rows updates them in place; a batch of rows out of order or with a gap is gathered and
     scattered back; a lone feed writes the rank's row. Every rank's logits and states stay those of the same
     tokens fed alone, bit for bit."""
-    from qwengpu import tokens as T
     from qwengpu.circuit.model import StateBank
     rng = np.random.default_rng(3)
     feeds = [[int(t) for t in rng.integers(0, T.VOCAB_SIZE, 5)] for _ in range(3)]
-    alone = [ModelBackend() for _ in range(3)]
-    for backend, sequence in zip(alone, feeds):
-        for token in sequence:
-            backend.feed(token)
+    alone = fed_one_by_one(feeds)
     a, b, c = banked = [ModelBackend() for _ in range(3)]
     fed = [0, 0, 0]
 
     def batch(*members):
         indices = [banked.index(m) for m in members]
-        ModelBackend.forward_batch(list(members), [feeds[i][fed[i]] for i in indices])
+        ModelBackend.forward_batch(list(members), [[feeds[i][fed[i]]] for i in indices])
         for i in indices:
             fed[i] += 1
 

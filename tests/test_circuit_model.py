@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen3_5ForCausalLM
 
-from qwengpu import Device
+from qwengpu import Device, MachineError
 from qwengpu.circuit.exact import CircuitBackend
 from qwengpu.circuit.model import VOCAB_FILE, ModelBackend, save_checkpoint
 from qwengpu.circuit.report import chunk_deviation, deviation, exact_residuals
@@ -93,6 +93,30 @@ def test_model_device_runs_host_copies(bf16):
     dev.write(40, words)
     np.testing.assert_array_equal(dev.read(40, 5), words)
     np.testing.assert_array_equal(dev.read(45, 1), [0])      # never written: the model reads zero
+
+
+def test_a_run_leaves_what_its_tokens_fed_one_by_one_leave():
+    """The device gives the model the tokens fed between two predictions as one run (ModelBackend.feed_run, one
+    forward on transformers' chunked rule): at every prediction of a host copy's stream, every layer's states and
+    the logits are bit for bit those of the same tokens fed one by one."""
+    dev = Device()
+    dev.write(40, [0, 1, -1, 123456789, -2**31])
+    dev.read(40, 5)
+    dev.write(3, [77])
+    dev.read(3, 1)
+    one, runs, run = ModelBackend(), ModelBackend(), []
+    for token in dev.tokens:
+        if token.origin == "model" and run:         # a prediction: what was fed since the last one is a run
+            runs.feed_run(run)
+            run = []
+            assert torch.equal(runs._logits, one._logits) and runs.position == one.position
+            for mine, theirs in zip(runs.cache.layers, one.cache.layers):
+                assert torch.equal(mine.recurrent_states[0], theirs.recurrent_states[0])
+                assert torch.equal(mine.conv_states[0], theirs.conv_states[0])
+        one.feed(token.id)
+        run.append(token.id)
+    with pytest.raises(MachineError, match="empty run"):
+        runs.feed_run([])
 
 
 def test_checkpoint_round_trips_through_from_pretrained(bf16, tmp_path):

@@ -165,21 +165,28 @@ def test_large_activation_base_keeps_every_argmax(merged_large, stream):
     assert result.mismatches, "the large base should move argmaxes once the bridge is gone"
 
 
+def ranks_at_different_positions(checkpoint, run):
+    """(alone, rows) for three ranks 5, 1 and 0 tokens in: per rank a backend fed its tokens and then ``run`` one by
+    one, and a backend fed its tokens only (a row for forward_batch to feed ``run``)."""
+    alone, rows = [], []
+    for prefix in ([T.MEM(3), 9, T.MEM(4), 11, T.MEM(5)], [T.MEM(6)], []):
+        backend, row = ModelBackend(checkpoint=checkpoint), ModelBackend(checkpoint=checkpoint)
+        for token in prefix:
+            backend.feed(token)
+            row.feed(token)
+        for token in run:
+            backend.feed(token)
+        alone.append(backend)
+        rows.append(row)
+    return alone, rows
+
+
 def test_batched_rows_at_different_positions_equal_their_forwards_alone(merged_large):
     """Three ranks 5, 1 and 0 tokens in, their next token in one forward: the full-attention keys of the shorter rows
     are padded and masked, and each row's logits are bit for bit those of its own forward (on this CPU; the masked
     padding adds exact zeros), with large activations in the base's layers. Unmasked, they differ."""
-    fed = [[T.MEM(3), 9, T.MEM(4), 11, T.MEM(5)], [T.MEM(6)], []]
-    alone, rows = [], []
-    for sequence in fed:
-        backend, row = ModelBackend(checkpoint=merged_large[1]), ModelBackend(checkpoint=merged_large[1])
-        for token in sequence:
-            backend.feed(token)
-            row.feed(token)
-        backend.feed(T.MEM(7))
-        alone.append(backend)
-        rows.append(row)
-    ModelBackend.forward_batch(rows, [T.MEM(7)] * 3)
+    alone, rows = ranks_at_different_positions(merged_large[1], [T.MEM(7)])
+    ModelBackend.forward_batch(rows, [[T.MEM(7)]] * 3)
     for backend, row in zip(alone, rows):
         assert row.position == backend.position
         assert torch.equal(row._logits, backend._logits), backend.position
@@ -188,10 +195,30 @@ def test_batched_rows_at_different_positions_equal_their_forwards_alone(merged_l
                 assert torch.equal(mine.keys, theirs.keys) and torch.equal(mine.values, theirs.values)
 
 
+def test_batched_runs_at_different_positions_predict_what_tokens_fed_alone_predict(merged_large):
+    """Three ranks 5, 1 and 0 tokens in, each fed a run of three tokens in one forward (full-attention keys padded
+    and masked, causal within the run): every rank predicts the GPU token it predicts fed token by token, and the
+    compiled layers' states are bit for bit the same (the base's layers may differ in their last bits: a run's
+    products are not a token's, which the margin argument allows)."""
+    run = [T.MEM(7), 13, T.READ(2)]
+    alone, rows = ranks_at_different_positions(merged_large[1], run)
+    ModelBackend.forward_batch(rows, [run] * 3)
+    for backend, row in zip(alone, rows):
+        assert row.position == backend.position
+        assert row.predict() == backend.predict()
+        for index in range(row.compiled_layers):
+            mine, theirs = row.cache.layers[index], backend.cache.layers[index]
+            assert torch.equal(mine.recurrent_states[0], theirs.recurrent_states[0])
+            assert torch.equal(mine.conv_states[0], theirs.conv_states[0])
+        for mine, theirs in zip(row.cache.layers, backend.cache.layers):
+            if getattr(theirs, "keys", None) is not None:
+                assert mine.keys.shape == theirs.keys.shape
+
+
 def test_merged_ranks_batch_into_the_interpreters_streams(merged_large):
-    """Ranks of a merged model at different positions (rank r first writes 2r words alone) run their next window
-    batched (qwengpu.circuit.batched, as QLink's lockstep runs it): one forward per token position for the three,
-    and each rank writes the interpreter's tokens."""
+    """Ranks of a merged model at different positions (rank r first writes 2r words alone and reads one back)
+    run their next window batched (qwengpu.circuit.batched, as QLink's lockstep runs it): one forward of the three
+    per prediction (the tokens fed in between go as one run), and each rank writes the interpreter's tokens."""
     rng = np.random.default_rng(7)
     prefix = [rng.integers(-2**31, 2**31, 2 * rank).astype(np.int32) for rank in range(3)]
     words = [rng.integers(-2**31, 2**31, 3).astype(np.int32) for _ in range(3)]
@@ -199,18 +226,19 @@ def test_merged_ranks_batch_into_the_interpreters_streams(merged_large):
     def prepare(dev, rank):
         if rank:
             dev.write(0, prefix[rank])
+        dev.read(0, 1)
 
     def window(dev, rank):
         dev.write(40, words[rank])
         return dev.read(40, 3)
-    reference, window_lengths = [], []
+    reference, predictions = [], []
     for rank in range(3):
         dev = Device()
         prepare(dev, rank)
         before = len(dev.tokens)
         window(dev, rank)
         reference.append([t.id for t in dev.tokens])
-        window_lengths.append(len(dev.tokens) - before)
+        predictions.append(sum(t.origin == T.MODEL for t in list(dev.tokens)[before:]))
     devices = {rank: Device(backend="model", checkpoint=str(merged_large[1])) for rank in range(3)}
     for rank, dev in devices.items():
         prepare(dev, rank)
@@ -219,7 +247,7 @@ def test_merged_ranks_batch_into_the_interpreters_streams(merged_large):
     for rank in range(3):
         np.testing.assert_array_equal(outcomes[rank], words[rank])
     assert [[t.id for t in devices[rank].tokens] for rank in range(3)] == reference
-    assert rendezvous.batch_sizes[0] == 3 and rendezvous.forwards == max(window_lengths)
+    assert set(rendezvous.batch_sizes) == {3} and rendezvous.forwards == predictions[0] == predictions[2]
     del devices
     circuit_model._shared_checkpoint.cache_clear()
 

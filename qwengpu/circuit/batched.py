@@ -2,11 +2,13 @@
 
 ``run_windows(devices, ranks, window)`` runs ``window(rank)`` for every rank. When two or more of the devices run
 model backends on one shared model (QLink's ranks in one process share it), each window runs in its own thread and
-every token a device feeds waits for the other devices' next tokens: the tokens that meet run as ONE forward with
-the batch dimension = rank, each rank keeping its own cache (``ModelBackend.forward_batch``). A lockstep tick is
-then one batched forward per token position of the record instead of one forward per rank. Devices that are done
-with their window leave the batch, so the others never wait for them. Any other backend runs the windows one after
-another, as before.
+every run of tokens a device gives its model (the tokens fed since the model's last prediction: the model's own
+token, a host copy, a ROM row, a peer's packets; qwengpu.device) waits for the other devices' next runs: the runs
+that meet, when of one length, run as ONE forward with the batch dimension = rank, each rank keeping its own cache
+(``ModelBackend.forward_batch``). Ranks in lockstep feed runs of one length at the same time, so a tick is one
+batched forward per prediction instead of one forward per token and rank. Devices that are done with their window
+leave the batch, so the others never wait for them. Any other backend runs the windows one after another, as
+before.
 
 Only tokens move between the threads, and each row of a batched forward computes what the rank's forward alone
 would: exactly on the compiled layers; on a merged model's full-attention layers, whose keys are padded to the
@@ -81,19 +83,23 @@ class Member:
         self._rendezvous, self._rank, self._backend = rendezvous, rank, backend
 
     def feed(self, token: int) -> None:
-        self._rendezvous.feed(self._rank, self._backend, token)
+        self._rendezvous.feed(self._rank, self._backend, [token])
+
+    def feed_run(self, tokens) -> None:
+        self._rendezvous.feed(self._rank, self._backend, list(tokens))
 
     def __getattr__(self, name):
         return getattr(self._backend, name)
 
 
 class Rendezvous:
-    """Collects one token from every rank still in its window, then runs them as one forward."""
+    """Collects one run of tokens (a token, or what its device fed since the model's last prediction) from every
+    rank still in its window, then runs runs of one length as one forward."""
 
     def __init__(self):
         self._cond = threading.Condition()
         self._active: set[int] = set()
-        self._pending: dict[int, tuple] = {}       # rank -> (backend, token)
+        self._pending: dict[int, tuple] = {}       # rank -> (backend, run)
         self._done: dict[int, BaseException | None] = {}
         self.forwards = 0
         self.batch_sizes: list[int] = []
@@ -107,9 +113,9 @@ class Rendezvous:
             self._active.discard(rank)
             self._maybe_run()
 
-    def feed(self, rank: int, backend, token: int) -> None:
+    def feed(self, rank: int, backend, run: list[int]) -> None:
         with self._cond:
-            self._pending[rank] = (backend, token)
+            self._pending[rank] = (backend, run)
             self._maybe_run()
             if not self._cond.wait_for(lambda: rank in self._done, timeout=DEADLINE):
                 raise MachineError(f"rank {rank} waited {DEADLINE:g} s for a batched forward: the other ranks "
@@ -119,26 +125,40 @@ class Rendezvous:
             raise error
 
     def _maybe_run(self) -> None:
-        """Called with the lock held: when every active rank has a token pending, run them as one forward."""
+        """Called with the lock held: when every active rank has a run pending, run the runs of each length as one
+        forward (ranks in lockstep feed runs of one length at the same time, so usually one forward a tick)."""
         if not self._pending or set(self._pending) != self._active:
             return
         ranks = sorted(self._pending)
-        members = [self._pending[rank] for rank in ranks]
+        groups: dict[int, list] = {}
+        for rank in ranks:
+            groups.setdefault(len(self._pending[rank][1]), []).append(self._pending[rank])
         self._pending = {}
-        backends = [backend for backend, _ in members]
-        tokens = [token for _, token in members]
         try:
-            forward = getattr(backends[0], "forward_batch", None)
-            if forward is not None and len(backends) > 1:
-                forward(backends, tokens)
-            else:
-                for backend, token in members:
-                    backend.feed(token)
+            for members in groups.values():
+                backends = [backend for backend, _ in members]
+                runs = [run for _, run in members]
+                forward = getattr(backends[0], "forward_batch", None)
+                if forward is not None and len(backends) > 1:
+                    forward(backends, runs)
+                    self.forwards += 1
+                else:
+                    for backend, run in members:
+                        self.forwards += _feed_alone(backend, run)
+                self.batch_sizes.append(len(members))
             errors = [None] * len(ranks)
-        except BaseException as error:          # every rank of the forward learns of it
+        except BaseException as error:          # every rank of the tick learns of it
             errors = [error] * len(ranks)
-        self.forwards += 1
-        self.batch_sizes.append(len(ranks))
         for rank, error in zip(ranks, errors):
             self._done[rank] = error
         self._cond.notify_all()
+
+
+def _feed_alone(backend, run: list[int]) -> int:
+    """Feed one rank's run on its own; the number of forwards it took."""
+    if hasattr(backend, "feed_run"):
+        backend.feed_run(run)
+        return 1
+    for token in run:
+        backend.feed(token)
+    return len(run)

@@ -2,9 +2,11 @@
 
 The weights go in through ``load_state_dict(strict=True)`` into a model built from a Qwen3.5 text config whose layers
 are all linear attention (Gated DeltaNet + SwiGLU, transformers' own Qwen3_5DecoderLayer). Decoding is a manual
-loop, one token per forward with the recurrent cache (``generate()`` refuses all-linear models). The cache is
-initialised with zero states before the first token, so every token, the first included, takes the recurrent
-decode path (a one-token prefill would take the chunked kernel, which is not bit-identical).
+loop with the recurrent cache (``generate()`` refuses all-linear models): one forward per prediction, the tokens fed
+since the last one (the model's own token, then a host copy, a ROM row, a peer's packets) going in as one run
+(``feed_run``; transformers' chunked rule, exact on the compiled layers). The cache is initialised with zero states
+before the first token, so the first token takes the same path as the ones after it (a forward without states would
+take transformers' prefill path instead).
 
 Example::
 
@@ -281,11 +283,21 @@ class ModelBackend:
         return [self.offset + int(token) for token in tokens]
 
     def feed(self, token: int) -> None:
-        ids = self._ids([token])
+        self.feed_run([token])
+
+    def feed_run(self, tokens) -> None:
+        """Feed tokens of which only the last one's prediction is read (``predict()``) in ONE forward: the device
+        gives a host copy, a ROM row, a peer's packets, with the model's own token before them, as one run.
+
+        The states after it are those of feeding the tokens one by one: transformers' chunked Gated DeltaNet rule
+        is exact on the compiled layers (qwengpu.circuit.report, per path; tests/test_circuit_model.py compares
+        runs with one-by-one feeds bit for bit), and a merged base's layers cannot move a GPU token's argmax."""
+        ids = self._ids(tokens)
+        if not ids:
+            raise MachineError("feed_run: an empty run")
         self.residuals = []
         self.chunk_residuals = []
-        logits = self._forward(ids)
-        self._logits = logits[-1]
+        self._logits = self._forward(ids, keep=1)[-1]
 
     def feed_many(self, tokens) -> tuple[list[int], list[float]]:
         """Feed several tokens in one forward (teacher forcing). Returns the argmax (a vocabulary index minus the
@@ -304,23 +316,26 @@ class ModelBackend:
         return argmax, margins
 
     @staticmethod
-    def forward_batch(backends: list, tokens: list[int]) -> None:
-        """Feed ``tokens[i]`` to ``backends[i]`` in ONE forward of their shared model: the batch dimension is the
-        rank (qwengpu.circuit.batched).
+    def forward_batch(backends: list, runs: list[list[int]]) -> None:
+        """Feed ``runs[i]`` (tokens as ``feed_run`` takes them; every run of one length) to ``backends[i]`` in ONE
+        forward of their shared model: the batch dimension is the rank (qwengpu.circuit.batched).
 
         The ranks' linear-attention states are rows of a ``StateBank``: each backend's own cache holds views of its
         row, and transformers updates states in place, so a forward over the bank's consecutive rows updates every
         rank's states with no copy in or out. A merged model's full-attention layers hold keys as long as each
         rank's own position: they are stacked per forward, shorter rows padded on the left and the padding masked
-        out (an additive mask of the dtype's minimum: exact zero weights), and each row's new key is appended to
-        its rank's cache; the rows' positions are their own. Only the base's layers see the padding, and the base's
-        layers cannot move a GPU token's argmax (the margin argument in the circuit README), so every rank writes
-        the tokens it writes alone."""
+        out (an additive mask of the dtype's minimum: exact zero weights; causal within a run), and each row's new
+        keys are appended to its rank's cache; the rows' positions are their own. Only the base's layers see the
+        padding, and the base's layers cannot move a GPU token's argmax (the margin argument in the circuit
+        README), so every rank writes the tokens it writes alone."""
         first = backends[0]
         torch = first.torch
         if any(b.model is not first.model for b in backends):
             raise MachineError("forward_batch: the backends must share one model")
-        ids = [b._ids([t])[0] for b, t in zip(backends, tokens)]
+        n = len(runs[0])
+        if n == 0 or any(len(run) != n for run in runs):
+            raise MachineError(f"forward_batch: runs of one length, 1 or more, got {[len(run) for run in runs]}")
+        ids = [b._ids(run) for b, run in zip(backends, runs)]
         bank = StateBank.holding(backends)
         cache, rows = bank.batch(backends)
         lengths = [b.position for b in backends]            # every position fed holds one key per full layer
@@ -328,48 +343,51 @@ class ModelBackend:
         for index, (kind, layer) in enumerate(zip(first.layer_types, cache.layers)):
             if kind == "full_attention" and longest:
                 mine = [b.cache.layers[index] for b in backends]
-                filled = next(m for m, n in zip(mine, lengths) if n == longest)
+                filled = next(m for m, length in zip(mine, lengths) if length == longest)
                 keys = filled.keys.new_zeros((len(mine),) + filled.keys.shape[1:])
                 values = filled.values.new_zeros((len(mine),) + filled.values.shape[1:])
-                for i, (m, n) in enumerate(zip(mine, lengths)):
-                    if n:
-                        keys[i, :, longest - n:] = m.keys[0]
-                        values[i, :, longest - n:] = m.values[0]
+                for i, (m, length) in enumerate(zip(mine, lengths)):
+                    if length:
+                        keys[i, :, longest - length:] = m.keys[0]
+                        values[i, :, longest - length:] = m.values[0]
                 layer.lazy_initialization(keys, values)
                 layer.keys, layer.values = keys, values
         masks = {"full_attention": None, "linear_attention": None}
-        if longest != min(lengths) and "full_attention" in first.layer_types:
+        if (n > 1 or longest != min(lengths)) and "full_attention" in first.layer_types:
             dtype = next(first.model.parameters()).dtype
-            mask = torch.zeros(len(backends), 1, 1, longest + 1, dtype=dtype, device=first.device)
-            for i, n in enumerate(lengths):
-                mask[i, :, :, :longest - n] = torch.finfo(dtype).min
+            lowest = torch.finfo(dtype).min
+            mask = torch.zeros(len(backends), 1, n, longest + n, dtype=dtype, device=first.device)
+            for i, length in enumerate(lengths):
+                mask[i, :, :, :longest - length] = lowest
+            mask[:, :, :, longest:] += torch.full((n, n), lowest, dtype=dtype, device=first.device).triu(1)
             masks["full_attention"] = mask
+        positions = torch.arange(n, device=first.device)[None] + torch.tensor(lengths, device=first.device)[:, None]
         with torch.no_grad():
-            out = first.model(input_ids=torch.tensor(ids, device=first.device)[:, None], past_key_values=cache,
-                              position_ids=torch.tensor([[n] for n in lengths], device=first.device),
-                              use_cache=True, attention_mask=masks)
+            out = first.model(input_ids=torch.tensor(ids, device=first.device), past_key_values=cache,
+                              position_ids=positions, use_cache=True, attention_mask=masks, logits_to_keep=1)
         if rows is not None:
             bank.scatter(cache, rows)
         for index, (kind, layer) in enumerate(zip(first.layer_types, cache.layers)):
-            if kind == "full_attention":                    # the new key is every row's last
+            if kind == "full_attention":                    # the run's keys are every row's last n
                 for i, b in enumerate(backends):
-                    b.cache.layers[index].update(layer.keys[i:i + 1, :, -1:], layer.values[i:i + 1, :, -1:])
+                    b.cache.layers[index].update(layer.keys[i:i + 1, :, -n:], layer.values[i:i + 1, :, -n:])
                 layer.keys = layer.values = None            # fresh again: the next forward stacks anew
                 layer.is_initialized = False
         logits = out.logits[:, -1].float()
         for i, backend in enumerate(backends):
             backend._logits = logits[i]
-            backend.position += 1
+            backend.position += n
             backend.residuals = []
 
-    def _forward(self, ids: list[int]):
+    def _forward(self, ids: list[int], keep: int = 0):
+        """The logits of the last ``keep`` positions (0: every position's)."""
         torch = self.torch
         n = len(ids)
         with torch.no_grad():
             out = self.model(input_ids=torch.tensor([ids], device=self.device), past_key_values=self.cache,
                              position_ids=torch.arange(self.position, self.position + n,
                                                        device=self.device)[None],
-                             use_cache=True, attention_mask=_masks(self.layer_types, n))
+                             use_cache=True, attention_mask=_masks(self.layer_types, n), logits_to_keep=keep)
         self.position += n
         return out.logits[0].float()
 
