@@ -14,7 +14,8 @@ What it prints:
 2. decode tokens per second per rank with 1, 4 and 8 ranks batched: each rank's recorded AllReduce stream fed one
    token per step through the captured graph, every model-written token checked against the recording;
 3. the seed's table: wall time of the six collectives on 4 ranks x 16 words over QLink on the bf16 model (ranks
-   batched into one forward per token, a merged model's too), checked against numpy.
+   batched, one forward per prediction: the tokens fed between two predictions go in as one run; a merged model's
+   too), checked against numpy.
 """
 from __future__ import annotations
 
