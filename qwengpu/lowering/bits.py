@@ -1,6 +1,7 @@
 """Bit manipulation: population count, leading zeros, bit reversal, bit-field extract / insert, funnel shifts
-and byte permutes, each built from shifts, masks and one multiply (mixed into ``emit.Emitter``). Positions,
-lengths and selectors must be known at launch; held in a register they are refused.
+and byte permutes, built from shifts, masks and ors (a population count adds its bytes with one multiply; mixed
+into ``emit.Emitter``). Positions, lengths and selectors must be known at launch; held in a register they are
+refused.
 """
 from __future__ import annotations
 
