@@ -342,14 +342,7 @@ class ModelBackend:
         longest = max(lengths)
         for index, (kind, layer) in enumerate(zip(first.layer_types, cache.layers)):
             if kind == "full_attention" and longest:
-                mine = [b.cache.layers[index] for b in backends]
-                filled = next(m for m, length in zip(mine, lengths) if length == longest)
-                keys = filled.keys.new_zeros((len(mine),) + filled.keys.shape[1:])
-                values = filled.values.new_zeros((len(mine),) + filled.values.shape[1:])
-                for i, (m, length) in enumerate(zip(mine, lengths)):
-                    if length:
-                        keys[i, :, longest - length:] = m.keys[0]
-                        values[i, :, longest - length:] = m.values[0]
+                keys, values = _left_padded([b.cache.layers[index] for b in backends], lengths)
                 layer.lazy_initialization(keys, values)
                 layer.keys, layer.values = keys, values
         masks = {"full_attention": None, "linear_attention": None}
@@ -390,6 +383,20 @@ class ModelBackend:
                              use_cache=True, attention_mask=_masks(self.layer_types, n), logits_to_keep=keep)
         self.position += n
         return out.logits[0].float()
+
+
+def _left_padded(layers, lengths: list[int]):
+    """One full-attention layer's keys and values of every rank, stacked into a batch: rank i's ``lengths[i]``
+    keys at the right end of its row, zeros before them (the padding forward_batch's mask hides)."""
+    longest = max(lengths)
+    filled = next(layer for layer, length in zip(layers, lengths) if length == longest)
+    keys = filled.keys.new_zeros((len(layers),) + filled.keys.shape[1:])
+    values = filled.values.new_zeros((len(layers),) + filled.values.shape[1:])
+    for i, (layer, length) in enumerate(zip(layers, lengths)):
+        if length:
+            keys[i, :, longest - length:] = layer.keys[0]
+            values[i, :, longest - length:] = layer.values[0]
+    return keys, values
 
 
 def _masks(layer_types, n: int):
