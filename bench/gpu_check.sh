@@ -3,7 +3,9 @@
 #   bash bench/gpu_check.sh [OUT]        (OUT defaults to $OUT, else ./gpu_figures)
 # Wheels the machine lacks travel in .whl/ (nccl4py 0.6, cuda-core 1.x, cuda-pathfinder, transformers 5.23: see
 # README "GPU figures"); they are installed into /tmp/site, qccl itself with pip -e (no dependencies fetched).
-# A wheel larger than one call may carry (64 MiB; nvidia-nccl-cu13 2.32 is 206 MB) travels in parts, one call each:
+# NCCL: `python -m qccl_bench.nccl_wheel nvidia_nccl_cu13-*.whl --sm 90 -o .whl` writes its wheel with only the H200's
+# code (252 MB -> 37 MB), so it travels in .whl with the rest, in one call.
+# Any other wheel larger than one call may carry (64 MiB) travels in parts, one call each:
 #   bash bench/gpu_check.sh --split WHEEL    writes .whl-parts/NAME.part-00.. (60 MiB each) and NAME.sha256
 # Ignored files stay on a warm machine between calls, so carry one part per call (STEPS=none runs nothing), then
 # the last with .whl; a wheel whose parts are all there (its sha256 agrees) is joined and installed with the rest.
@@ -47,8 +49,11 @@ join_parts() {      # each wheel of .whl-parts whose parts are all here -> /tmp/
 }
 join_parts
 : > "$OUT/install.txt"
-if ls .whl/*.whl > /dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+# NCCL's wheel joins the user-site ones below (cuda.pathfinder's search); the others go to /tmp/site
+for whl in .whl/nvidia_nccl_*.whl; do [ -e "$whl" ] && mkdir -p /tmp/wheels && cp "$whl" /tmp/wheels/; done
+others=$(ls .whl/*.whl 2> /dev/null | grep -v '/nvidia_nccl_')
+if [ -n "$others" ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $others \
         >> "$OUT/install.txt" 2>&1 || { echo "wheels failed: see $OUT/install.txt"; exit 3; }
     export PYTHONPATH=/tmp/site
 fi
