@@ -1,6 +1,7 @@
-"""NCCL against qccl: the same seeded inputs through NCCL (nccl4py 0.6, ``nccl.core``, with the nvidia-nccl-cu12 wheel
-2.30 or later), qccl's CuPy transport and QLink, per collective: identical / differs (bit for bit, against each other
-and numpy), time, algbw / busbw (nccl-tests' factors) and, for QLink, the tokens each rank's model wrote.
+"""NCCL against qccl: the same seeded inputs through NCCL (nccl4py 0.6, ``nccl.core``, with an nvidia-nccl-cu12 /
+-cu13 wheel 2.30 or later: ``python -m qccl_bench.nccl_wheel`` makes one small enough to carry to a lent GPU), qccl's
+CuPy transport and QLink, per collective: identical / differs (bit for bit, against each other and numpy), time,
+algbw / busbw (nccl-tests' factors) and, for QLink, the tokens each rank's model wrote.
 
     python -m qccl_bench.nccl_compare --ranks 2 --count 1024 --dtypes int32,float32 --json out.json
 
