@@ -181,14 +181,15 @@ def ranks_at_different_positions(checkpoint, run):
     return alone, rows
 
 
-def test_batched_rows_at_different_positions_predict_what_they_predict_alone(merged_large):
-    """Three ranks 5, 1 and 0 tokens in, their next token in one forward (the full-attention keys of the shorter rows
-    padded and masked), with large activations in the base's layers: every rank predicts the GPU token it predicts
-    alone, and the compiled layers' states are bit for bit its own. The base's layers are not compared bit for bit:
-    a batch of three is not a batch of one to the CPU's matrix kernels (their last bits differ on some CPUs), which
-    the margin argument allows."""
-    alone, rows = ranks_at_different_positions(merged_large[1], [T.MEM(7)])
-    ModelBackend.forward_batch(rows, [[T.MEM(7)]] * 3)
+@pytest.mark.parametrize("run", [[T.MEM(7)], [T.MEM(7), 13, T.READ(2)]], ids=["token", "run"])
+def test_batched_ranks_at_different_positions_predict_what_they_predict_alone(merged_large, run):
+    """Three ranks 5, 1 and 0 tokens in, each fed a token or a run of three in one forward (full-attention keys of
+    the shorter rows padded and masked, causal within the run), with large activations in the base's layers: every
+    rank predicts the GPU token it predicts fed token by token, and the compiled layers' states are bit for bit its
+    own. The base's layers are not compared bit for bit: a batch of three is not a batch of one to the CPU's matrix
+    kernels, nor a run a token (their last bits differ on some CPUs), which the margin argument allows."""
+    alone, rows = ranks_at_different_positions(merged_large[1], run)
+    ModelBackend.forward_batch(rows, [run] * 3)
     for backend, row in zip(alone, rows):
         assert row.position == backend.position
         assert row.predict() == backend.predict()
@@ -196,6 +197,9 @@ def test_batched_rows_at_different_positions_predict_what_they_predict_alone(mer
             mine, theirs = row.cache.layers[index], backend.cache.layers[index]
             assert torch.equal(mine.recurrent_states[0], theirs.recurrent_states[0])
             assert torch.equal(mine.conv_states[0], theirs.conv_states[0])
+        for mine, theirs in zip(row.cache.layers, backend.cache.layers):
+            if getattr(theirs, "keys", None) is not None:
+                assert mine.keys.shape == theirs.keys.shape
 
 
 def test_batched_rows_padding_is_masked_exactly(merged_large, monkeypatch):
@@ -231,26 +235,6 @@ def test_batched_rows_padding_is_masked_exactly(merged_large, monkeypatch):
                 assert torch.equal(mine.keys, theirs.keys) and torch.equal(mine.values, theirs.values)
     unmasked = batch(noisy, masked=False)
     assert not torch.equal(unmasked[2]._logits, zeros[2]._logits)   # 5 keys of padding before its 1
-
-
-def test_batched_runs_at_different_positions_predict_what_tokens_fed_alone_predict(merged_large):
-    """Three ranks 5, 1 and 0 tokens in, each fed a run of three tokens in one forward (full-attention keys padded
-    and masked, causal within the run): every rank predicts the GPU token it predicts fed token by token, and the
-    compiled layers' states are bit for bit the same (the base's layers may differ in their last bits: a run's
-    products are not a token's, which the margin argument allows)."""
-    run = [T.MEM(7), 13, T.READ(2)]
-    alone, rows = ranks_at_different_positions(merged_large[1], run)
-    ModelBackend.forward_batch(rows, [run] * 3)
-    for backend, row in zip(alone, rows):
-        assert row.position == backend.position
-        assert row.predict() == backend.predict()
-        for index in range(row.compiled_layers):
-            mine, theirs = row.cache.layers[index], backend.cache.layers[index]
-            assert torch.equal(mine.recurrent_states[0], theirs.recurrent_states[0])
-            assert torch.equal(mine.conv_states[0], theirs.conv_states[0])
-        for mine, theirs in zip(row.cache.layers, backend.cache.layers):
-            if getattr(theirs, "keys", None) is not None:
-                assert mine.keys.shape == theirs.keys.shape
 
 
 def test_merged_ranks_batch_into_the_interpreters_streams(merged_large):
