@@ -15,7 +15,7 @@
 # reusing the merge a warm machine still holds in $MERGED). Every step has a time limit; its output lands in OUT.
 # STEPS (default "tests float_sums nccl_compare perf_cupy model_gpu merge merged_table") picks steps (none: only the
 # installs); one call may run 600 s, so a lease runs them in groups (README, "On a GPU"); MODEL_GPU_ARGS adds
-# arguments to the model_gpu step (e.g. --compile; not to merged_table, whose full-attention keys grow each step).
+# arguments to the model_gpu step (e.g. --compile), MERGED_ARGS to merged_table's (e.g. --compile --no-table).
 # Exit status: the first failing step's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -105,6 +105,6 @@ step model_gpu 240 $PY -m qccl_bench.model_gpu --steps 200 --ranks 1,4,8 ${MODEL
 # the seed's model: the compiled layers in front of a 24-layer base (no real Qwen3.5-2B can reach the offline machine)
 step merge 300 $PY -m qccl_bench.merge_full "$MERGED" --device cuda --no-text
 step merged_table 540 $PY -m qccl_bench.model_gpu --checkpoint "$MERGED/merged" --no-report --steps 200 \
-    --ranks 1,4,8
+    --ranks 1,4,8 ${MERGED_ARGS:-}
 echo "gpu_check: exit $status; figures in $OUT"
 exit "$status"

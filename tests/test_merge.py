@@ -274,16 +274,54 @@ def test_merged_ranks_batch_into_the_interpreters_streams(merged_large):
     circuit_model._shared_checkpoint.cache_clear()
 
 
-def test_gpu_benchmark_refuses_to_compile_a_merged_models_step(merged):
-    """A merged model's full-attention keys grow every step: a step compiled for fixed shapes would recompile each
-    time, so qccl_bench.model_gpu refuses --compile for it, naming why (on the CPU path: the refusal is the same)."""
+def test_a_static_decode_step_writes_the_dynamic_caches_keys_and_ignores_the_unwritten_ones(merged_large, stream):
+    """qccl_bench.model_gpu's decode step on a merged model (static keys, as a CUDA graph or torch.compile needs):
+    fed the stream token by token, every full-attention key it writes is bit for bit the one a model backend's
+    dynamic cache holds, it predicts what the backend predicts, and random values in the keys not yet written change
+    no logit's bit (they are masked to weight 0; unmasked, they move the logits)."""
+    from qccl_bench.model_gpu import Decoder
+    backend = ModelBackend(checkpoint=merged_large[1])
+    model, offset, n = backend.model, backend.offset, 12
+    ids = [t.id for t in stream[:n]]
+    full = [i for i, kind in enumerate(backend.layer_types) if kind == "full_attention"]
+    rng = torch.Generator().manual_seed(5)
+
+    def decode(noise=False, masked=True):
+        decoder = Decoder(model, 1, "cpu", max_len=n)
+        for i in full if noise else ():
+            layer = decoder.cache.layers[i]
+            layer.keys.copy_(1e3 * torch.randn(layer.keys.shape, generator=rng))
+            layer.values.copy_(1e3 * torch.randn(layer.values.shape, generator=rng))
+        if not masked:
+            decoder.mask.zero_()
+        logits = [decoder.step(torch.tensor([[offset + token]])).float().clone() for token in ids]
+        return decoder, logits
+    decoder, static = decode()
+    for position, token in enumerate(ids):
+        backend.feed(token)
+        assert int(static[position].argmax()) == int(backend._logits.argmax()), position
+    for i in full:
+        assert torch.equal(decoder.cache.layers[i].keys[:, :, :n], backend.cache.layers[i].keys)
+        assert torch.equal(decoder.cache.layers[i].values[:, :, :n], backend.cache.layers[i].values)
+    _, noisy = decode(noise=True)
+    assert all(torch.equal(a, b) for a, b in zip(static, noisy))
+    _, unmasked = decode(noise=True, masked=False)
+    assert not torch.equal(unmasked[0], static[0])
+
+
+def test_gpu_benchmark_compiles_a_merged_models_step(merged):
+    """qccl_bench.model_gpu --compile on a merged model, on the CPU path: its static keys give the step fixed shapes,
+    so torch.compile (inductor) compiles it once and every model-written token of each rank's stream is the
+    recording's, as in the eager step beside it."""
     import subprocess
     import sys
     result = subprocess.run([sys.executable, "-m", "qccl_bench.model_gpu", "--device", "cpu", "--checkpoint",
-                             str(merged[1]), "--no-report", "--no-table", "--ranks", "1", "--compile"],
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "has full-attention layers" in result.stderr and "without --compile" in result.stderr
+                             str(merged[1]), "--no-report", "--no-table", "--ranks", "2", "--steps", "5", "--compile"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.startswith("|") and "eager" in line]
+    assert [row[2].strip() for row in rows] == ["eager", "eager + torch.compile"]
+    assert [row[5].strip() for row in rows] == ["0", "0"] and "failures: 0" in result.stdout
 
 
 def test_a_base_token_argmax_is_a_machine_error(merged_backend):

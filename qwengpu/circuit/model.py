@@ -408,15 +408,26 @@ def _masks(layer_types, n: int):
     return None
 
 
-def new_cache(model, batch: int = 1, device: str = "cpu"):
+def new_cache(model, batch: int = 1, device: str = "cpu", max_len: int | None = None):
     """A DynamicCache whose linear-attention layers start from zero states, so that every token, the first one
     included, takes the same path as the ones after it (a first forward without states would take the prefill
-    path). Full-attention layers start empty."""
+    path). Full-attention layers start empty.
+
+    With ``max_len``, a StaticCache: its full-attention layers hold ``max_len`` zero keys from the start, each
+    forward writing its keys in place at the layer's own counter (transformers' StaticLayer), so a decode step keeps
+    its shapes and addresses (a CUDA graph, torch.compile). Every key is attended: the caller masks the unwritten
+    ones out."""
     import torch
-    from transformers import DynamicCache
+    from transformers import DynamicCache, StaticCache
     config = model.config
-    cache = DynamicCache(config=config)
+    cache = DynamicCache(config=config) if max_len is None else StaticCache(config=config, max_cache_len=max_len)
     dtype = next(model.parameters()).dtype
+    if max_len is not None:
+        for kind, layer in zip(config.layer_types, cache.layers):
+            if kind == "full_attention":
+                shape = (batch, config.num_key_value_heads, 1, config.head_dim)
+                layer.lazy_initialization(torch.zeros(shape, dtype=dtype, device=device),
+                                          torch.zeros(shape, dtype=dtype, device=device))
     conv_dim = 2 * config.linear_num_key_heads * config.linear_key_head_dim + \
         config.linear_num_value_heads * config.linear_value_head_dim
     for kind, layer in zip(config.layer_types, cache.layers):
