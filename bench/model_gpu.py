@@ -63,6 +63,7 @@ class Decoder:
             self.mask = torch.full((batch, 1, 1, max_len), self.lowest, dtype=next(model.parameters()).dtype,
                                    device=device)
         self.masks = {"full_attention": self.mask, "linear_attention": None}
+        self.max_len, self.fed = max_len if full else None, 0
         if compile:
             # inductor fuses the Gated DeltaNet step's many small kernels; it rounds each fused intermediate to bf16
             # as eager does (emulate_precision_casts), and decode_rate checks every model-written token anyway
@@ -111,6 +112,9 @@ class Decoder:
         return out.logits[:, -1]
 
     def step(self, ids):
+        if self.fed == self.max_len:
+            raise ValueError(f"step {self.fed + 1}: the static keys hold max_len = {self.max_len} positions")
+        self.fed += 1
         self.ids.copy_(ids)
         if self.graph is not None:
             self.graph.replay()

@@ -297,6 +297,8 @@ def test_a_static_decode_step_writes_the_dynamic_caches_keys_and_ignores_the_unw
         logits = [decoder.step(torch.tensor([[offset + token]])).float().clone() for token in ids]
         return decoder, logits
     decoder, static = decode()
+    with pytest.raises(ValueError, match=f"step {n + 1}: the static keys hold max_len = {n} positions"):
+        decoder.step(torch.tensor([[offset + ids[0]]]))
     for position, token in enumerate(ids):
         backend.feed(token)
         assert int(static[position].argmax()) == int(backend._logits.argmax()), position
