@@ -332,18 +332,48 @@ def test_on_a_gpu_every_dtype_and_op(dtype):
 
 
 def test_the_nccl_comparison_runs_or_skips_with_the_reason(tmp_path):
+    pytest.importorskip("torch")            # bfloat16 travels as torch tensors
     from qccl_bench import nccl_compare
     path = tmp_path / "cmp.json"
-    rc = nccl_compare.main(["--ranks", "2", "--count", "4", "--qlink-count", "3", "--dtypes", "int32",
-                            "--json", str(path)])
+    rc = nccl_compare.main(["--ranks", "2", "--count", "4", "--qlink-count", "3", "--dtypes", "int32,bfloat16",
+                            "--ops", "sum,prod,max", "--json", str(path)])
     import json
     doc = json.loads(path.read_text())
     assert rc == 0
     rows = doc["rows"]
-    assert all(r["result"] == "identical" for r in rows if r["backend"] == "qlink")
-    assert {r["collective"] for r in rows if r["backend"] == "qlink"} == set(nccl_compare.KINDS)
+    qlink = {(r["collective"], r["dtype"], r["op"]): r["result"] for r in rows if r["backend"] == "qlink"}
+    ops = {"allreduce": ("sum", "prod", "max"), "reduce_scatter": ("sum", "prod", "max"),
+           "reduce": ("sum", "prod", "max")}
+    assert set(qlink) == {(kind, dtype, op) for kind in nccl_compare.KINDS for dtype in ("int32", "bfloat16")
+                          for op in ops.get(kind, ("-",))}
+    # every run QLink makes is bit for bit numpy's (bfloat16: float32 rounded to nearest even); prod on a float is
+    # QLink's own refusal, reported as a skip that names it
+    for (kind, dtype, op), result in qlink.items():
+        if dtype == "bfloat16" and op == "prod":
+            assert result.startswith("skipped: op prod on bfloat16"), result
+        else:
+            assert result == "identical", (kind, dtype, op, result)
     if doc["gpu"] != "yes":
         assert all(r["result"].startswith("skipped: ") for r in rows if r["backend"] in ("nccl", "cupy"))
+
+
+def test_the_nccl_comparison_refuses_an_unknown_dtype_or_op(capsys):
+    from qccl_bench import nccl_compare
+    for option, value in (("--dtypes", "int32,float128"), ("--ops", "sum,avg")):
+        with pytest.raises(SystemExit):
+            nccl_compare.main([option, value, "--backends", "qlink"])
+        assert f"{option} {value.split(',')[1]}: not among" in capsys.readouterr().err
+
+
+def test_the_nccl_comparisons_bfloat16_reference_rounds_to_nearest_even():
+    torch = pytest.importorskip("torch")
+    from qccl_bench import nccl_compare
+    # 1 + 2^-8 lies halfway between bfloat16's 1 and 1 + 2^-7: even is 1; 1 + 3 * 2^-8 rounds up to 1 + 2^-6
+    x = [nccl_compare.host(np.array([1.0, 1.0], np.float32), "bfloat16"),
+         nccl_compare.host(np.array([2.0 ** -8, 3 * 2.0 ** -8], np.float32), "bfloat16")]
+    red = nccl_compare.numpy_result("allreduce", x, 2)[0]
+    assert red.dtype == torch.bfloat16 and red.tolist() == [1.0, 1.0 + 2.0 ** -6]
+    assert not nccl_compare.same(red, nccl_compare.host(np.array([1.0 + 2.0 ** -7, 1.0 + 2.0 ** -6]), "bfloat16"))
 
 
 class QueuedGpu(FakeGpu):
