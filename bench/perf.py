@@ -10,8 +10,10 @@ alltoall give each rank count / nranks), out-of-place then in-place time (us, th
 warm-up ones), algbw and busbw (GB/s, nccl-tests' factors: AllReduce 2(n-1)/n; ReduceScatter, AllGather, AlltoAll
 (n-1)/n; Broadcast, Reduce, SendRecv 1) and #wrong (elements that differ from numpy's result, over the first -c
 iterations, each on fresh seeded inputs), then per half the tokens the busiest rank's model wrote per call and its
-launches. The footer gives the out-of-bounds count and the average bus bandwidth; the exit status is 1 when any value
-is wrong. -J writes nccl-tests' JSON keys plus the token fields.
+launches; a row ends with the algorithm the calls ran (`algo multicast`, `algo ring:4` when a tuner chose 4-word
+chunks: what QCCL_DEBUG=INFO prints per call), so an auto-tuned sweep says what the tuner chose at each size. The
+footer gives the out-of-bounds count and the average bus bandwidth; the exit status is 1 when any value is wrong. -J
+writes nccl-tests' JSON keys plus the token fields and ``algo``.
 
 QwenGPUs are slow (the interpreter writes a few thousand tokens a second), so the defaults are -n 1 -w 0 -c 1 and sizes
 4 B .. 64 B; the sizes that matter are the number of words. Progress goes to stderr on sweeps of more than one row.
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import qccl
+from qccl.hookspecs import COLLECTIVE, hookimpl
 from qccl_bench import harness as H
 from qccl_bench import reference as R
 
@@ -82,6 +85,7 @@ class Half:
     tokens_fed_per_rank: float = 0.0
     launches_per_rank: float = 0.0
     gloo_time: float | None = None  # us per call through torch.distributed's gloo (--vs gloo)
+    algo: str | None = None         # what the timed calls ran ("multicast", "ring:4"; "ring,multicast" if they varied)
 
     def json(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -135,6 +139,28 @@ def wrong(outs: list, want: list, ranks) -> int:
     return bad
 
 
+class AlgoRecorder:
+    """A profiler of the benchmark's own: the algorithm each collective of one rank runs, from the call's signature
+    (the tuner's choice when the call said auto)."""
+
+    def __init__(self, rank: int):
+        self.rank, self.seen = rank, []
+
+    @hookimpl
+    def qccl_profiler_mask(self):
+        return COLLECTIVE
+
+    @hookimpl
+    def qccl_profiler_start(self, event):
+        if event.kind == "collective" and event.rank == self.rank and event.algo:
+            self.seen.append(event.algo)
+
+    def take(self) -> str | None:
+        """The algorithms seen since the last take, comma-separated (None: calls without one, as sendrecv)."""
+        seen, self.seen = self.seen, []
+        return ",".join(dict.fromkeys(seen)) or None
+
+
 class Runner:
     """Runs calls on the ranks of this process: all of them (-g in one process) or one (a process per rank)."""
 
@@ -151,6 +177,13 @@ class Runner:
             self.comms = qccl.Communicator.init_all(self.n, args.transport, config)
         self.ranks = [c.rank for c in self.comms]
         self.dtypes = qccl.get_transport(args.transport).dtypes
+        self.algos = AlgoRecorder(self.ranks[0])
+        qccl.plugin_manager().register(self.algos)
+
+    def close(self) -> None:
+        qccl.plugin_manager().unregister(self.algos)
+        for c in self.comms:
+            c.destroy()
 
     def _group(self, kind, b, op, root, algo):
         with qccl.group():
@@ -168,6 +201,7 @@ class Runner:
         for _ in range(a.warmup):
             self._group(kind, b, op, root, a.algo)
         start = [c.stats for c in self.comms]
+        self.algos.take()
         elapsed = 0.0
         for i in range(max(iters, checks)):
             if i < checks:
@@ -179,6 +213,7 @@ class Runner:
                 elapsed += dt
                 if i == iters - 1:
                     end = [c.stats for c in self.comms]
+                    h.algo = self.algos.take()
             if i < checks:
                 h.nwrong += wrong(b.outs, expected(kind, b, op, root), self.ranks)
         per_call = lambda key: max((e[key] - s[key]) / iters for s, e in zip(start, end))   # noqa: E731
@@ -282,7 +317,9 @@ def row_text(row: Row) -> str:
     text = f" {row.size:11d} {row.count:12d} {row.type:>7} {row.redop:>6} {row.root:5d}"
     text += _half_text(row.out_of_place) + _half_text(row.in_place)
     gloo = [h.gloo_time for h in (row.out_of_place,) if h is not None and h.gloo_time is not None]
-    return text + (f"   gloo {gloo[0]:9.1f} us" if gloo else "")
+    text += f"   gloo {gloo[0]:9.1f} us" if gloo else ""
+    algos = list(dict.fromkeys(h.algo for h in (row.out_of_place, row.in_place) if h is not None and h.algo))
+    return text + (f"   algo {' / '.join(algos)}" if algos else "")
 
 
 # -- main -------------------------------------------------------------------------------------------------------------
@@ -414,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                "out_of_bounds": bad, "average_bus_bandwidth": avg}
         with open(a.json, "w") as f:
             json.dump(doc, f, indent=1)
-    for c in runner.comms:
-        c.destroy()
+    runner.close()
     if a.procs_child:
         import torch.distributed as dist
         dist.barrier()

@@ -70,6 +70,23 @@ def test_all_ops_types_roots(tmp_path):
     assert sorted(bcast) == sorted((t, root) for t in ("int32", "uint32") for root in range(N))
 
 
+def test_a_row_names_the_algorithm_its_calls_ran(tmp_path, capsys):
+    """A row ends with the algorithm its calls ran: the one the benchmark names, or under auto the tuner's choice,
+    which writes no more tokens than either algorithm named; sendrecv has none."""
+    tokens = {}
+    for algo in ("ring", "multicast", "auto"):
+        rc, doc = _perf(tmp_path, "all_reduce", "-b", "64", "-e", "64", "-g", str(N), "--algo", algo)
+        halves = [doc["results"][0][h] for h in ("out_of_place", "in_place")]
+        assert rc == 0 and all(h["algo"] == halves[0]["algo"] for h in halves)
+        chosen = halves[0]["algo"]
+        assert f"algo {chosen}" in capsys.readouterr().out.splitlines()[-4]
+        assert chosen.split(":")[0] == algo if algo != "auto" else chosen.split(":")[0] in ("ring", "multicast")
+        tokens[algo] = halves[0]["tokens_per_rank"]
+    assert tokens["auto"] <= min(tokens["ring"], tokens["multicast"])
+    rc, doc = _perf(tmp_path, "sendrecv", "-b", "16", "-e", "16", "-g", str(N))
+    assert rc == 0 and "algo" not in doc["results"][0]["out_of_place"]
+
+
 def test_a_wrong_value_fails_the_run(tmp_path, monkeypatch, capsys):
     """The machine's adder swapped for XOR: the devices really produce other numbers, and the benchmark says so."""
     monkeypatch.setitem(isa.OPS, "add", (isa.OPS["add"][0], lambda a, b: a ^ b))
