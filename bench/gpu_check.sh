@@ -13,9 +13,10 @@
 # bf16 model's exactness and speed (bench/model_gpu.py), and the merged model: a random base at Qwen3.5-2B's full
 # config merged and its kernel suite verified (merge), then its decode figures and the seed's table (merged_table,
 # reusing the merge a warm machine still holds in $MERGED). Every step has a time limit; its output lands in OUT.
-# STEPS (default "tests float_sums nccl_compare perf_cupy model_gpu merge merged_table") picks steps (none: only the
-# installs); one call may run 600 s, so a lease runs them in groups (README, "On a GPU"); MODEL_GPU_ARGS adds
-# arguments to the model_gpu step (e.g. --compile), MERGED_ARGS to merged_table's (e.g. --compile --no-table).
+# STEPS (default "tests float_sums nccl_compare perf_cupy model_gpu model_fla merge merged_table") picks steps
+# (none: only the installs); one call may run 600 s, so a lease runs them in groups (README, "On a GPU");
+# MODEL_GPU_ARGS adds arguments to the model_gpu and model_fla steps (e.g. --compile), MERGED_ARGS to merged_table's
+# (e.g. --compile --no-table). model_fla needs flash-linear-attention's wheels in .whl/fla/ (below).
 # Exit status: the first failing step's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +64,13 @@ if ls /tmp/wheels/*.whl > /dev/null 2>&1; then
     $PY -m pip install -q --user --no-index --no-deps --no-compile --no-cache-dir --upgrade /tmp/wheels/*.whl \
         >> "$OUT/install.txt" 2>&1 || { echo "joined wheels failed: see $OUT/install.txt"; exit 3; }
 fi
+# flash-linear-attention (`pip download --no-deps -d .whl/fla fla-core==0.6.0 flash-linear-attention==0.6.0 einops`;
+# Triton comes with the machine's torch) goes to a directory of its own: transformers takes its kernels whenever
+# they import, so only the model_fla step sees it and every other step measures transformers' torch path
+if ls .whl/fla/*.whl > /dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-fla \
+        .whl/fla/*.whl >> "$OUT/install.txt" 2>&1 || { echo "fla wheels failed: see $OUT/install.txt"; exit 3; }
+fi
 $PY -m pip install -q --no-deps --no-build-isolation --no-index -e . >> "$OUT/install.txt" 2>&1 ||
     { cat "$OUT/install.txt"; exit 3; }
 {
@@ -80,7 +88,7 @@ PYEOF
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 status=0
-STEPS="${STEPS:-tests float_sums nccl_compare perf_cupy model_gpu merge merged_table}"
+STEPS="${STEPS:-tests float_sums nccl_compare perf_cupy model_gpu model_fla merge merged_table}"
 MERGED="${MERGED:-/tmp/qccl-merged}"
 step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to OUT/NAME.txt, remember a failure
     local name=$1 limit=$2; shift 2
@@ -98,10 +106,17 @@ step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to O
 step tests 280 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "not float_sums"
 step float_sums 240 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "on_a_gpu_float_sums"
 export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30+, experimental, no NVLS)
-step nccl_compare 100 $PY -m qccl_bench.nccl_compare --ranks 2 --count 4096 --backends nccl,cupy \
-    --dtypes int32,uint32,int8,uint8,int64,uint64,float16,float32,float64 --json "$OUT/nccl_compare.json"
+# every NCCL dtype and op; 1,024 elements: the CuPy transport took 70 s for 54 rows of 4,096 on 2026-12-04
+step nccl_compare 150 $PY -m qccl_bench.nccl_compare --ranks 2 --count 1024 --backends nccl,cupy \
+    --dtypes int32,uint32,int8,uint8,int64,uint64,float16,float32,float64,bfloat16 --ops sum,prod,max,min \
+    --json "$OUT/nccl_compare.json"
 step perf_cupy 40 $PY -m qccl_bench.perf all_reduce all_gather -b 4 -e 256 -g 2 --transport cupy -d int32
 step model_gpu 240 $PY -m qccl_bench.model_gpu --steps 200 --ranks 1,4,8 ${MODEL_GPU_ARGS:-}
+# the same with flash-linear-attention's Triton kernels: its per-layer report says whether they are exact on a GPU
+# (on the CPU, qccl_bench.fla_check runs fla's fused recurrent kernel in Triton's interpreter; a GPU's approximate
+# square roots and divisions, and fla's chunked kernel, are what only this step checks)
+step model_fla 240 env PYTHONPATH="/tmp/site-fla${PYTHONPATH:+:$PYTHONPATH}" $PY -m qccl_bench.model_gpu --fla \
+    --steps 200 --ranks 1,4,8 --no-table ${MODEL_GPU_ARGS:-}
 # the seed's model: the compiled layers in front of a 24-layer base (no real Qwen3.5-2B can reach the offline machine)
 step merge 300 $PY -m qccl_bench.merge_full "$MERGED" --device cuda --no-text
 step merged_table 540 $PY -m qccl_bench.model_gpu --checkpoint "$MERGED/merged" --no-report --steps 200 \

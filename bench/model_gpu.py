@@ -10,7 +10,9 @@ CUDA graph, ranks batched (batch dimension = rank). Skips cleanly without a GPU.
 What it prints:
 1. which Gated DeltaNet implementation runs (transformers' torch functions, or the flash-linear-attention /
    causal-conv1d kernels when those packages import) and that it is exact: the per-layer deviation of the bf16 model
-   from the exact circuit on the vadd stream, decode path and chunked-verify paths (must be 0 everywhere);
+   from the exact circuit on the vadd stream, decode path and chunked-verify paths (must be 0 everywhere), and the
+   rule's margin (qwengpu.circuit.report.rule_margin: its nonzero bf16 outputs must be its float64 values rounded
+   to nearest even);
 2. decode tokens per second per rank with 1, 4 and 8 ranks batched: each rank's recorded AllReduce stream fed one
    token per step through the captured graph, every model-written token checked against the recording;
 3. the seed's table: wall time of the six collectives on 4 ranks x 16 words over QLink on the bf16 model (ranks
@@ -26,16 +28,34 @@ import time
 import numpy as np
 
 
+def fla_missing() -> str:
+    """'' when flash-linear-attention's Gated DeltaNet kernels import here (transformers then runs them: its
+    ``use_kernel_func_from_hub_with_fallback`` takes ``fla.ops.gated_delta_rule`` when that imports), else why not."""
+    try:
+        importlib.import_module("fla.ops.gated_delta_rule")
+    except Exception as error:      # noqa: BLE001  (ImportError, or fla's own refusal of this platform)
+        return f"{type(error).__name__}: {error}"
+    return ""
+
+
 def gdn_implementation() -> str:
     """Which Gated DeltaNet kernels transformers will use here."""
-    fla = importlib.util.find_spec("fla") is not None
+    fla = not fla_missing()
     conv = importlib.util.find_spec("causal_conv1d") is not None
     if not fla and not conv:
         return ("transformers' torch reference path (torch_recurrent_gated_delta_rule for decode, "
                 "torch_chunk_gated_delta_rule for chunks; causal_conv1d_update / causal_conv1d_fn in torch): "
                 "flash-linear-attention and causal-conv1d are not installed")
-    return (f"flash-linear-attention {'installed' if fla else 'absent'}, causal-conv1d "
-            f"{'installed' if conv else 'absent'}: transformers uses their kernels where present")
+    version = ""
+    if fla:
+        import importlib.metadata as metadata
+        try:
+            version = f" {metadata.version('fla-core')}"
+        except metadata.PackageNotFoundError:
+            pass
+    return (f"flash-linear-attention{version} {'installed' if fla else 'absent'} (fused_recurrent_gated_delta_rule "
+            f"for decode, chunk_gated_delta_rule for chunks), causal-conv1d {'installed' if conv else 'absent'}: "
+            "transformers uses their kernels where present")
 
 
 class Decoder:
@@ -220,7 +240,11 @@ def main(argv=None) -> int:
     parser.add_argument("--no-report", action="store_true", help="skip the per-layer exactness report")
     parser.add_argument("--compile", action="store_true",
                         help="also time the decode step compiled by torch.compile (inductor) for each batch")
+    parser.add_argument("--fla", action="store_true",
+                        help="require flash-linear-attention's kernels (refused, naming why, when they do not import)")
     args = parser.parse_args(argv)
+    if args.fla and fla_missing():
+        parser.error(f"--fla: flash-linear-attention's kernels do not import here ({fla_missing()})")
     collectives = args.collectives.split(",")
     unknown = sorted(set(collectives) - set(COLLECTIVES))
     if unknown:
@@ -230,7 +254,7 @@ def main(argv=None) -> int:
         print("model_gpu: skipped, no CUDA device here (run with --device cpu for the CPU path)")
         return 0
     from qwengpu.circuit.model import ModelBackend
-    from qwengpu.circuit.report import chunk_deviation, deviation
+    from qwengpu.circuit.report import chunk_deviation, deviation, rule_margin
     from qwengpu.circuit.suite import vadd_stream
 
     from .verify_speed import record_allreduce
@@ -250,6 +274,10 @@ def main(argv=None) -> int:
             print(f"  {label:<9} path: max deviation from the exact circuit over all layers {worst:g}, "
                   f"{report.mismatches} mismatches, min margin {report.min_margin:g}", flush=True)
             del backend
+        # the rule's own outputs (fla's chunked kernel where it imports) against the rule in float64
+        margin = rule_margin(ModelBackend(dtype="bfloat16", device=args.device), stream, "rule margin, vadd")
+        failures += not margin.rounded
+        print(f"  {margin.table().splitlines()[0]}", flush=True)
     batches = [] if args.ranks == "none" else [int(r) for r in args.ranks.split(",")]
     if batches:
         print("| ranks batched | decode step                 | tokens/s per rank | tokens/s all ranks | mismatches |")

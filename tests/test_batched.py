@@ -184,6 +184,18 @@ def test_gpu_benchmark_skips_cleanly_without_a_gpu():
     assert "skipped, no CUDA device" in result.stdout
 
 
+def test_gpu_benchmark_refuses_fla_where_its_kernels_do_not_import():
+    import importlib.util
+    import subprocess
+    import sys
+    if importlib.util.find_spec("fla") is not None:
+        pytest.skip("flash-linear-attention is installed here")
+    result = subprocess.run([sys.executable, "-m", "qccl_bench.model_gpu", "--fla", "--device", "cpu"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "--fla: flash-linear-attention's kernels do not import here (ModuleNotFoundError" in result.stderr
+
+
 def test_gpu_benchmark_refuses_an_unknown_collective():
     import subprocess
     import sys

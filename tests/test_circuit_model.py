@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM, Qwen3_5ForCausalLM
 from qwengpu import Device, MachineError
 from qwengpu.circuit.exact import CircuitBackend
 from qwengpu.circuit.model import VOCAB_FILE, ModelBackend, save_checkpoint
-from qwengpu.circuit.report import chunk_deviation, deviation, exact_residuals
+from qwengpu.circuit.report import chunk_deviation, deviation, exact_residuals, float64_rule, rule_margin
 from qwengpu.circuit.verify import verify
 from qwengpu.device import Kernel
 from qwengpu.isa import EXIT, NONE, TID, Block, Operand
@@ -85,6 +85,40 @@ def test_bf16_model_is_exact_on_the_chunked_gdn_path_at_every_layer(bf16, arithm
     assert report.compared == sum(t.origin == "model" for t in stream[1:])
     assert report.mismatches == 0, report.table()
     assert report.layers == [0.0] * len(report.layers), report.table()
+
+
+def test_the_float64_rule_is_transformers_rule():
+    """float64_rule, the reference of rule_margin, against transformers' own recurrent rule in float32 on random
+    inputs (grouped value heads, a starting state): equal to float32's precision."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+    torch.manual_seed(0)
+    query, key = torch.randn(2, 5, 2, 8), torch.randn(2, 5, 2, 8)
+    value, g, beta = torch.randn(2, 5, 4, 8), -torch.rand(2, 5, 4), torch.rand(2, 5, 4)
+    state = torch.randn(2, 4, 8, 8)
+    rule = getattr(qwen.torch_recurrent_gated_delta_rule, "__wrapped__", qwen.torch_recurrent_gated_delta_rule)
+    out, _ = rule(query, key, value, g=g, beta=beta, initial_state=state, output_final_state=True,
+                  use_qk_l2norm_in_kernel=True)
+    real = float64_rule(query, key, value, g, beta, state)
+    assert real.dtype == torch.float64 and real.shape == out.shape
+    assert torch.allclose(real, out.double(), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(real, float64_rule(query, key, value, g, beta), rtol=1e-3, atol=1e-3)
+
+
+def test_the_rules_bf16_outputs_lie_far_from_a_rounding_boundary(bf16, arithmetic):
+    """Every nonzero output of the Gated DeltaNet rule in the bf16 model is the rule's float64 value rounded to
+    nearest even, and lies within a millionth of a bf16 ulp of it: another fp32 implementation (flash-linear-
+    attention's kernels, a GPU's approximate square roots) that errs by less than about half an ulp and rounds to
+    nearest even writes the same bf16 outputs. Where the model writes 0, the float64 value is smaller than the L2
+    norm's epsilon (1e-6): a residue of the epsilon, which the float32 rule rounds away."""
+    stream, _ = arithmetic
+    state = bf16.snapshot()
+    bf16._reset()
+    report = rule_margin(bf16, stream, "arithmetic", chunk=160)
+    bf16.restore(state)
+    assert len(report.layers) == 25 and report.outputs > 0
+    assert report.rounded, report.table()
+    assert max(report.layers) < 1e-6, report.table()
+    assert max(report.zeros) < 1e-6, report.table()
 
 
 def test_model_device_runs_host_copies(bf16):

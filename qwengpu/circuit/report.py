@@ -6,10 +6,19 @@ the positions where the model writes, and the mismatches. A broken invariant sho
 
     python -m qwengpu.circuit.report            # the vadd kernel's stream, bf16 and fp32
     python -m qwengpu.circuit.report --dtypes bfloat16 --paths decode,recurrent,chunked    # chunked verify's paths
+    python -m qwengpu.circuit.report --margin       # how far the Gated DeltaNet rule's outputs lie from bf16 rounding
+
+The margin (``rule_margin``) says which other implementations of the Gated DeltaNet rule (flash-linear-attention's
+Triton kernels, a GPU's approximate square roots) keep the model exact: every output the bf16 model's rule writes is
+compared with the rule computed in float64 on the same inputs. If each float64 value lies within d bf16 ulps of the
+bf16 value written, an implementation that stays within 0.5 - d ulps of the real value and rounds to nearest even
+writes the same nonzero outputs; one that truncates does not (Triton's CPU interpreter truncates its bf16 stores).
+Where the model writes 0, the float64 value's size bounds the residue another implementation might write instead.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,6 +103,98 @@ def chunk_deviation(model_backend, stream, label: str, path: str = "chunked", ch
     return report
 
 
+@dataclass
+class RuleMargin:
+    """The Gated DeltaNet rule's bf16 outputs against the rule in float64, per layer (``rule_margin``)."""
+    label: str
+    layers: list[float] = field(default_factory=list)    # largest |float64 - bf16| / ulp(bf16) over nonzero outputs
+    zeros: list[float] = field(default_factory=list)     # largest |float64| where the bf16 output is 0
+    rounded: bool = True        # every nonzero bf16 output is its float64 value rounded to nearest even
+    outputs: int = 0
+
+    def table(self) -> str:
+        lines = [f"{self.label}: {self.outputs} outputs, each nonzero one the float64 rule rounded to nearest "
+                 f"even: {self.rounded}; largest distance {max(self.layers, default=0):.3g} bf16 ulp, largest "
+                 f"float64 value written as 0: {max(self.zeros, default=0):.3g}"]
+        for index, (ulps, zero) in enumerate(zip(self.layers, self.zeros)):
+            lines.append(f"  layer {index:2d}  {ulps:<10.3g} ulp   largest float64 value written as 0: {zero:.3g}")
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def recorded_rule(calls: list):
+    """While open, every call of transformers' chunked Gated DeltaNet rule (a forward of more than one token)
+    appends its inputs and its output to ``calls`` (dicts: query, key, value, g, beta, initial_state, out). Not
+    thread-safe, as gdn_path."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+    rule = qwen.torch_chunk_gated_delta_rule
+
+    def recording(query, key, value, g, beta, initial_state=None, **kwargs):
+        out, state = rule(query, key, value, g=g, beta=beta, initial_state=initial_state, **kwargs)
+        calls.append({"query": query.clone(), "key": key.clone(), "value": value.clone(), "g": g.clone(),
+                      "beta": beta.clone(), "out": out.clone(),
+                      "initial_state": None if initial_state is None else initial_state.clone()})
+        return out, state
+    qwen.torch_chunk_gated_delta_rule = recording
+    try:
+        yield calls
+    finally:
+        qwen.torch_chunk_gated_delta_rule = rule
+
+
+def float64_rule(query, key, value, g, beta, initial_state=None, eps: float = 1e-6):
+    """The Gated DeltaNet rule as transformers defines it (queries and keys L2-normalised with ``eps``, queries
+    scaled by 1 / sqrt(head dim), state decayed by exp(g), the delta rule with beta), in float64: outputs
+    [batch, positions, value heads, head dim]."""
+    import torch
+    query, key, value, g, beta = (x.double().transpose(1, 2) for x in (query, key, value, g, beta))
+    if key.shape[1] != value.shape[1]:      # grouped value heads, as transformers repeats them
+        query = query.repeat_interleave(value.shape[1] // key.shape[1], dim=1)
+        key = key.repeat_interleave(value.shape[1] // key.shape[1], dim=1)
+    query = query / torch.sqrt((query * query).sum(-1, keepdim=True) + eps) / query.shape[-1] ** 0.5
+    key = key / torch.sqrt((key * key).sum(-1, keepdim=True) + eps)
+    batch, heads, positions, k_dim = key.shape
+    state = (torch.zeros(batch, heads, k_dim, value.shape[-1], dtype=torch.float64, device=key.device)
+             if initial_state is None
+             else initial_state.double().clone())
+    out = torch.zeros_like(value)
+    for t in range(positions):
+        state = state * g[:, :, t].exp()[..., None, None]
+        delta = (value[:, :, t] - (state * key[:, :, t, :, None]).sum(-2)) * beta[:, :, t, None]
+        state = state + key[:, :, t, :, None] * delta[:, :, None, :]
+        out[:, :, t] = (state * query[:, :, t, :, None]).sum(-2)
+    return out.transpose(1, 2)
+
+
+def rule_margin(model_backend, stream, label: str, chunk: int = 256) -> RuleMargin:
+    """Feed ``stream`` to ``model_backend`` (bf16) ``chunk`` positions per forward on transformers' chunked rule and
+    hold every output of the rule, at every layer, against ``float64_rule`` on the same inputs."""
+    import torch
+
+    from .verify import Verifier
+    calls: list = []
+    with recorded_rule(calls):
+        verifier = Verifier(model_backend, chunk, "chunked")
+        verifier.check(stream)
+    layers = model_backend.model.config.layer_types.count("linear_attention")
+    report = RuleMargin(label, [0.0] * layers, [0.0] * layers)
+    for index, call in enumerate(calls):
+        real = float64_rule(call["query"], call["key"], call["value"], call["g"], call["beta"],
+                            call["initial_state"])
+        written = call["out"].double()
+        nonzero = written != 0
+        report.rounded &= torch.equal(real[nonzero].to(call["out"].dtype), call["out"][nonzero])
+        report.outputs += written.numel()
+        layer = index % layers
+        if nonzero.any():
+            ulp = torch.exp2(torch.floor(torch.log2(written[nonzero].abs())) - 7)    # bf16: 8 significant bits
+            report.layers[layer] = max(report.layers[layer],
+                                       float(((real[nonzero] - written[nonzero]).abs() / ulp).max()))
+        if not nonzero.all():
+            report.zeros[layer] = max(report.zeros[layer], float(real[~nonzero].abs().max()))
+    return report
+
+
 def main(argv=None) -> None:
     from .model import ModelBackend
     from .suite import kernel_streams
@@ -103,8 +204,13 @@ def main(argv=None) -> None:
     parser.add_argument("--paths", default="decode",
                         help="decode (one token per forward), recurrent and / or chunked (chunked verify's GDN rules)")
     parser.add_argument("--chunk", type=int, default=64, help="positions per forward on the chunked-verify paths")
+    parser.add_argument("--margin", action="store_true",
+                        help="instead: the Gated DeltaNet rule's bf16 outputs against the rule in float64")
     args = parser.parse_args(argv)
     stream = dict(kernel_streams())[args.stream]
+    if args.margin:
+        print(rule_margin(ModelBackend(dtype="bfloat16"), stream, f"{args.stream}, rule margin", args.chunk).table())
+        return
     for dtype in args.dtypes.split(","):
         for path in args.paths.split(","):
             backend = ModelBackend(dtype=dtype, trace=True)
