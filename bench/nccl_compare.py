@@ -194,7 +194,7 @@ def run_nccl(kind, x, count, root=0, op="sum"):
     return [y.cpu() if bf16 else cupy.asnumpy(y) for y in ys], wall
 
 
-def qlink_refuses(dtype: str, op: str) -> None:
+def skip_if_qlink_refuses(dtype: str, op: str) -> None:
     """Raise a 'skipped: ...' RuntimeError, with QLink's own reason, for a reduction QLink does not run."""
     qlink = qccl.get_transport("qlink")
     if dtype not in qlink.dtypes:
@@ -284,26 +284,27 @@ def main(argv=None) -> int:
              for op in (a.ops.split(",") if kind in REDUCING else ("-",))]
     for dtype, i, kind, op in cases:
         root = i % a.ranks
+        reduce_op = "sum" if op == "-" else op      # "-": a collective that takes no op
         results = {}
         for backend in backends:
             count = a.qlink_count if backend == "qlink" else a.count
             row = {"collective": kind, "dtype": dtype, "op": op, "backend": backend, "count": count}
-            x = inputs(kind, a.ranks, count, dtype, a.seed + i, op)
-            want = numpy_result(kind, x, count, root, op if op != "-" else "sum")
+            x = inputs(kind, a.ranks, count, dtype, a.seed + i, reduce_op)
+            want = numpy_result(kind, x, count, root, reduce_op)
             try:
                 if why_not.get(backend):
                     raise RuntimeError(f"skipped: {why_not[backend]}")
                 if backend == "nccl":
-                    y, wall = run_nccl(kind, x, count, root, op)
+                    y, wall = run_nccl(kind, x, count, root, reduce_op)
                     tokens = None
                 elif backend == "cupy":
                     cupy_comms = cupy_comms or qccl.Communicator.init_all(a.ranks, transport="cupy")
-                    y, wall, _ = run_qccl(cupy_comms, kind, x, count, root, op)
+                    y, wall, _ = run_qccl(cupy_comms, kind, x, count, root, reduce_op)
                     tokens = None
                 else:
                     if kind in REDUCING:
-                        qlink_refuses(dtype, op)
-                    y, wall, tokens = run_qccl(qccl.Communicator.init_all(a.ranks), kind, x, count, root, op)
+                        skip_if_qlink_refuses(dtype, op)
+                    y, wall, tokens = run_qccl(qccl.Communicator.init_all(a.ranks), kind, x, count, root, reduce_op)
                 ok = all(same(y[r], want[r]) for r in range(a.ranks))
                 results[backend] = (count, y)
                 size = (count * a.ranks if kind in ("allgather", "reduce_scatter") else count) * itemsize(x[0])
