@@ -11,7 +11,8 @@ The interpreter truncates its float32 -> bfloat16 stores (round toward zero), wh
 (63.999996 for 64), so truncation would be a false alarm: the script rounds the interpreter's bf16 stores to nearest
 even, as the GPU does (``--truncate`` keeps the interpreter's own). The interpreter computes in IEEE float32 with
 correctly rounded square roots and divisions, where a GPU's Triton may use approximate ones; how far those may err
-is what ``python -m qwengpu.circuit.report --margin`` bounds. Slow: minutes per layer on a CPU.
+is what ``python -m qwengpu.circuit.report --margin`` bounds. Slow: minutes per layer on a CPU. The capture hides fla
+from transformers (it must run the torch rule), so transformers warns that flash-linear-attention is not installed.
 """
 from __future__ import annotations
 
