@@ -243,8 +243,9 @@ def main(argv=None) -> int:
     parser.add_argument("--fla", action="store_true",
                         help="require flash-linear-attention's kernels (refused, naming why, when they do not import)")
     args = parser.parse_args(argv)
-    if args.fla and fla_missing():
-        parser.error(f"--fla: flash-linear-attention's kernels do not import here ({fla_missing()})")
+    why = fla_missing() if args.fla else ""
+    if why:
+        parser.error(f"--fla: flash-linear-attention's kernels do not import here ({why})")
     collectives = args.collectives.split(",")
     unknown = sorted(set(collectives) - set(COLLECTIVES))
     if unknown:

@@ -167,13 +167,27 @@ GDN_PATHS = ("chunked", "recurrent")
 
 
 @contextlib.contextmanager
+def chunk_rule(wrap):
+    """For the duration, transformers runs ``wrap(rule)`` where it would run ``rule``, its Gated DeltaNet rule for a
+    forward of more than one token (torch_chunk_gated_delta_rule, or flash-linear-attention's where that imports).
+    Not thread-safe: it swaps a module attribute of transformers' qwen3_5 modeling file."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
+    rule = qwen.torch_chunk_gated_delta_rule
+    qwen.torch_chunk_gated_delta_rule = wrap(rule)
+    try:
+        yield
+    finally:
+        qwen.torch_chunk_gated_delta_rule = rule
+
+
+@contextlib.contextmanager
 def gdn_path(path: str):
     """Which Gated DeltaNet rule transformers runs on a forward of more than one token, for the duration.
 
     "chunked" is transformers' own (torch_chunk_gated_delta_rule: the WY / UT-transform form, 64-token chunks);
     "recurrent" swaps in torch_recurrent_gated_delta_rule, the decode rule, applied token after token inside one call
     (the projections, conv and MLP still run on the whole chunk at once). A one-token forward always takes the
-    recurrent rule. Not thread-safe: it swaps a module attribute of transformers' qwen3_5 modeling file.
+    recurrent rule. Not thread-safe (chunk_rule).
 
         with gdn_path("recurrent"):
             backend.feed_many(tokens)
@@ -181,17 +195,12 @@ def gdn_path(path: str):
     from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
     if path not in GDN_PATHS:
         raise MachineError(f"GDN path {path!r}: the paths are {GDN_PATHS}")
-    chunked = qwen.torch_chunk_gated_delta_rule
-    if path == "recurrent":
-        recurrent = qwen.torch_recurrent_gated_delta_rule
+    recurrent = qwen.torch_recurrent_gated_delta_rule
 
-        def whole_chunk(query, key, value, g, beta, chunk_size=64, **kwargs):
-            return recurrent(query, key, value, g=g, beta=beta, **kwargs)
-        qwen.torch_chunk_gated_delta_rule = whole_chunk
-    try:
+    def whole_chunk(query, key, value, g, beta, chunk_size=64, **kwargs):
+        return recurrent(query, key, value, g=g, beta=beta, **kwargs)
+    with chunk_rule((lambda rule: whole_chunk) if path == "recurrent" else (lambda rule: rule)):
         yield
-    finally:
-        qwen.torch_chunk_gated_delta_rule = chunked
 
 
 class ModelBackend:

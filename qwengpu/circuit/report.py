@@ -18,7 +18,6 @@ Where the model writes 0, the float64 value's size bounds the residue another im
 from __future__ import annotations
 
 import argparse
-import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -121,25 +120,25 @@ class RuleMargin:
         return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def recorded_rule(calls: list):
-    """While open, every call of transformers' chunked Gated DeltaNet rule (a forward of more than one token)
-    appends its inputs and its output to ``calls`` (dicts: query, key, value, g, beta, initial_state, out). Not
-    thread-safe, as gdn_path."""
-    from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen
-    rule = qwen.torch_chunk_gated_delta_rule
+def rule_calls(model_backend, stream, chunk: int = 256) -> list[dict]:
+    """Feed ``stream`` to ``model_backend`` ``chunk`` positions per forward on transformers' chunked rule and return
+    every call of the rule, layer after layer and forward after forward: its inputs and its output (dicts: query,
+    key, value, g, beta, initial_state, out)."""
+    from .model import chunk_rule
+    from .verify import Verifier
+    calls: list = []
 
-    def recording(query, key, value, g, beta, initial_state=None, **kwargs):
-        out, state = rule(query, key, value, g=g, beta=beta, initial_state=initial_state, **kwargs)
-        calls.append({"query": query.clone(), "key": key.clone(), "value": value.clone(), "g": g.clone(),
-                      "beta": beta.clone(), "out": out.clone(),
-                      "initial_state": None if initial_state is None else initial_state.clone()})
-        return out, state
-    qwen.torch_chunk_gated_delta_rule = recording
-    try:
-        yield calls
-    finally:
-        qwen.torch_chunk_gated_delta_rule = rule
+    def recording(rule):
+        def record(query, key, value, g, beta, initial_state=None, **kwargs):
+            out, state = rule(query, key, value, g=g, beta=beta, initial_state=initial_state, **kwargs)
+            calls.append({"query": query.clone(), "key": key.clone(), "value": value.clone(), "g": g.clone(),
+                          "beta": beta.clone(), "out": out.clone(),
+                          "initial_state": None if initial_state is None else initial_state.clone()})
+            return out, state
+        return record
+    with chunk_rule(recording):
+        Verifier(model_backend, chunk, "chunked").check(stream)
+    return calls
 
 
 def float64_rule(query, key, value, g, beta, initial_state=None, eps: float = 1e-6):
@@ -170,12 +169,7 @@ def rule_margin(model_backend, stream, label: str, chunk: int = 256) -> RuleMarg
     """Feed ``stream`` to ``model_backend`` (bf16) ``chunk`` positions per forward on transformers' chunked rule and
     hold every output of the rule, at every layer, against ``float64_rule`` on the same inputs."""
     import torch
-
-    from .verify import Verifier
-    calls: list = []
-    with recorded_rule(calls):
-        verifier = Verifier(model_backend, chunk, "chunked")
-        verifier.check(stream)
+    calls = rule_calls(model_backend, stream, chunk)
     layers = model_backend.model.config.layer_types.count("linear_attention")
     report = RuleMargin(label, [0.0] * layers, [0.0] * layers)
     for index, call in enumerate(calls):
