@@ -37,9 +37,49 @@ def _csr(entries: dict, shape) -> sparse.csr_matrix:
     return sparse.csr_matrix((values, (rows, cols)), shape=shape, dtype=np.float64)
 
 
+class _Columns:
+    """A sparse matrix kept by column, times a vector through the vector's nonzero entries only. The residual is
+    one-hot in every group, so a product reads a small share of a layer's weights. Each output is the sum of its
+    row's terms in column order from 0.0, as scipy's row-wise product sums them; the terms left out are zeros.
+
+    >>> m = _Columns(sparse.csr_matrix(np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]])))
+    >>> m @ np.array([0.0, 10.0, 0.5])
+    array([20., 32.])
+    """
+
+    def __init__(self, matrix):
+        matrix = sparse.csc_matrix(matrix)
+        matrix.sort_indices()
+        self.shape, self.nnz = matrix.shape, matrix.nnz
+        self._starts, self._rows, self._values = matrix.indptr, matrix.indices, matrix.data
+
+    def __matmul__(self, x: np.ndarray) -> np.ndarray:
+        columns = x.nonzero()[0]
+        starts = self._starts[columns]
+        counts = self._starts[columns + 1] - starts
+        ends = counts.cumsum()
+        # the positions of those columns' entries: the run of each column, end to end
+        entries = np.arange(ends[-1] if len(ends) else 0) + np.repeat(starts - ends + counts, counts)
+        return np.bincount(self._rows[entries], weights=self._values[entries] * np.repeat(x[columns], counts),
+                           minlength=self.shape[0])
+
+
+def _product(matrix):
+    """The matrix in the form whose product with a residual costs least: by column (_Columns) when it is large, so
+    the residual's zeros skip most of it; scipy's row-wise CSR when it is small, as its product is then mostly the
+    call. Both sum each row's terms in column order from 0.0: the same bits either way."""
+    if matrix.nnz > 20_000:
+        return _Columns(matrix)
+    matrix = sparse.csr_matrix(matrix)
+    matrix.sort_indices()
+    return matrix
+
+
 class _Compiled:
-    """A layer's weights as sparse matrices, cut to the heads it uses (a head past them has all-zero weights, so
-    its output is exactly zero: leaving it out changes no value and saves most of the work)."""
+    """A layer's weights as sparse matrices, cut to the heads and MLP units it uses (a head past them has all-zero
+    weights, so its output is exactly zero, and a unit whose gate row is empty adds exactly zero: leaving them out
+    changes no value and saves most of the work). The matrices that read the normed residual are stacked, so a layer
+    is one sparse product per block: the evaluation is Python-bound, and a product's cost is mostly its call."""
 
     def __init__(self, layer):
         w = layer.width
@@ -47,18 +87,22 @@ class _Compiled:
         self.index, self.purpose, self.heads = layer.index, layer.purpose, list(layer.heads)
         used = len(self.heads) * w.head_dim
         channels = np.concatenate([np.arange(part * vd, part * vd + used) for part in range(3)])
-        self.qkv = _csr(layer.qkv, (w.conv_dim, h))[channels]
         self.conv = np.zeros((w.conv_dim, w.conv))
         for channel, taps in layer.conv.items():
             self.conv[channel] = taps
         self.conv = self.conv[channels]
-        self.z, self.b, self.a = (_csr(layer.z, (vd, h))[:used], _csr(layer.b, (w.heads, h)),
-                                  _csr(layer.a, (w.heads, h)))
-        self.out = _csr(layer.out, (h, vd))[:, :used]
+        # qkv | z | b | a: one product gives the mixer every value it reads from the residual
+        self.reads = _product(sparse.vstack([_csr(layer.qkv, (w.conv_dim, h))[channels],
+                                             _csr(layer.z, (vd, h))[:used], _csr(layer.b, (w.heads, h)),
+                                             _csr(layer.a, (w.heads, h))]))
+        self.out = _product(_csr(layer.out, (h, vd))[:, :used])
         self.used = used
-        self.gate, self.up = _csr(layer.gate, (w.intermediate, h)), _csr(layer.up, (w.intermediate, h))
-        self.down = _csr(layer.down, (h, w.intermediate))
-        self.decays = {head: layer.a_log.get(head, -np.inf) for head in range(len(layer.heads))}
+        gate, up = _csr(layer.gate, (w.intermediate, h)), _csr(layer.up, (w.intermediate, h))
+        self.units = np.flatnonzero(np.diff(gate.indptr))      # silu(0) * up = 0: an empty gate row adds nothing
+        self.gate_up = _product(sparse.vstack([gate[self.units], up[self.units]]))
+        self.down = _product(_csr(layer.down, (h, w.intermediate))[:, self.units])
+        self.decaying = [(head, layer.a_log[head]) for head in range(len(layer.heads))
+                         if layer.a_log.get(head, -np.inf) != -np.inf]       # A_log -inf: the state never decays
 
 
 class CircuitBackend:
@@ -76,8 +120,9 @@ class CircuitBackend:
         self.trace = trace
         self.residuals: list[np.ndarray] = []      # with trace: the residual after each layer, for the last token
         self._ballast = np.array(self.circuit.residual.vector({}), dtype=np.float64)
-        self._constant = self._ballast != 0
-        self._constant[self._groups[0]] = False
+        constant = self._ballast != 0
+        constant[self._groups[0]] = False
+        self._constant = np.flatnonzero(constant)
         self._reset()
 
     def _reset(self) -> None:
@@ -127,37 +172,45 @@ class CircuitBackend:
             x = x + layer.out @ self._mixer(layer, conv, states, xn)
             self._check(x, "after the mixer")
         xn = self._norm(x, "post-attention norm")
-        x = x + layer.down @ (_silu(layer.gate @ xn, "MLP gate") * (layer.up @ xn))
+        gate_up, units = layer.gate_up @ xn, len(layer.units)
+        x = x + layer.down @ (_silu(gate_up[:units], "MLP gate", layer.units) * gate_up[units:])
         self._check(x, "after the MLP")
         return x
 
     def _mixer(self, layer: _Compiled, conv: np.ndarray, states: np.ndarray, xn: np.ndarray) -> np.ndarray:
-        """The Gated DeltaNet heads' output (before out_proj), on the channels of the heads the layer uses."""
-        d = self.width.head_dim
-        raw = layer.qkv @ xn
+        """The Gated DeltaNet heads' output (before out_proj), on the channels of the heads the layer uses; every
+        head at once (``states``: head x key x value). The circuit's values are dyadic with few significant bits, so
+        every sum here is exact in float64 whatever its order, and a head's terms that are zeros may be left out."""
+        used, heads, d = layer.used, len(layer.heads), self.width.head_dim
+        reads = layer.reads @ xn
+        raw, z, beta, a = (reads[:3 * used], reads[3 * used:4 * used], reads[4 * used:4 * used + self.width.heads],
+                           reads[4 * used + self.width.heads:])
         window = np.concatenate([conv, raw[:, None]], axis=1)
         conv[:] = window[:, 1:]
-        mixed = _silu((window * layer.conv).sum(axis=1), "conv SiLU")
-        used = layer.used
-        q, k, v = mixed[:used], mixed[used:2 * used], mixed[2 * used:]
-        beta = _sigmoid(layer.b @ xn, "beta")
-        a = layer.a @ xn
-        z = _silu(layer.z @ xn, "output gate")
-        out = np.zeros(used)
-        for head in range(len(layer.heads)):
-            s = slice(head * d, (head + 1) * d)
-            kh, vh = _dyadic(_l2norm(k[s]), "k"), v[s]
-            if layer.decays[head] != -np.inf:
-                states[head] *= _decay(a[head], layer.decays[head])
-            state = states[head]
-            delta = (vh - state.T @ kh) * beta[head]
-            state += np.outer(kh, delta)
-            # l2norm(q) / sqrt(dk) as one division, so a two-hot q reads exactly; a q that meets only empty rows
-            # reads exactly zero whatever its scale
-            read = state.T @ q[s]
-            o = _dyadic(read / np.sqrt(float(q[s] @ q[s]) * d), "head read") if read.any() else read
-            out[s] = _gated_norm(o, "head output") * z[s]
-        return out
+        mixed = _silu((window * layer.conv).sum(axis=1), "conv SiLU").reshape(3, heads, d)
+        q, k, v = mixed
+        beta = _sigmoid(beta, "beta")[:heads, None]
+        z = _silu(z, "output gate").reshape(heads, d)
+        k = _dyadic(_l2norm(k), "k")
+        for head, a_log in layer.decaying:
+            decay = _decay(a[head], a_log)
+            if decay != 1.0:
+                states[head] *= decay
+        # k and q are one- or two-hot: a token reads and writes only the state rows of their nonzero entries, so
+        # the products run over those rows (the other terms are zeros, which change no sum)
+        recall = _rows(states, k)
+        delta = (v - recall) * beta
+        head, row = np.nonzero(k)
+        states[head, row] += k[head, row, None] * delta[head]
+        # l2norm(q) / sqrt(dk) as one division, so a two-hot q reads exactly; a q that meets only empty rows
+        # reads exactly zero whatever its scale
+        read = _rows(states, q)
+        reading = read.any(axis=1)
+        o = read.copy()
+        if reading.any():
+            scale = np.sqrt(np.einsum("hk,hk->h", q[reading], q[reading]) * d)
+            o[reading] = _dyadic(read[reading] / scale[:, None], "head read")
+        return (_gated_norm(o, "head output") * z).reshape(-1)
 
     def _norm(self, x: np.ndarray, what: str) -> np.ndarray:
         mean = float(x @ x) / len(x)
@@ -171,7 +224,7 @@ class CircuitBackend:
             raise CircuitError(f"{where}: a constant dimension changed")
         dims, starts, groups = self._groups
         values = x[dims]
-        if not (np.isin(values, (0.0, HOT)).all() and (np.add.reduceat(values, starts) == HOT).all()):
+        if not (((values == 0.0) | (values == HOT)).all() and (np.add.reduceat(values, starts) == HOT).all()):
             for group in groups:
                 try:
                     group.slot_of(x)
@@ -190,7 +243,7 @@ def _prepare(circuit: Circuit):
     """Sparse layers, embedding, output head and the group index of a circuit (shared by its backends)."""
     layers = [_Compiled(layer) for layer in circuit.layers]
     embedding = circuit.embedding().astype(np.float64)
-    head = _csr(circuit.output_head(), (T.VOCAB_SIZE, circuit.width.hidden))
+    head = _product(_csr(circuit.output_head(), (T.VOCAB_SIZE, circuit.width.hidden)))
     unique = {(g.start, g.size): g for g in circuit.residual.groups.values()}
     groups = [unique[key] for key in sorted(unique)]
     dims = np.concatenate([np.arange(g.start, g.start + g.size) for g in groups])
@@ -198,11 +251,13 @@ def _prepare(circuit: Circuit):
     return circuit, layers, embedding, head, (dims, starts, groups)
 
 
-def _silu(x: np.ndarray, what: str) -> np.ndarray:
+def _silu(x: np.ndarray, what: str, index: np.ndarray | None = None) -> np.ndarray:
+    """``index``: the unit each entry of ``x`` stands for, when ``x`` is a layer's used units only."""
     bad = (x != 0) & (x < SILU_ON) & (x > OFF)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise CircuitError(f"{what}: SiLU argument {x[i]} at index {i} is not saturated (>= {SILU_ON} or <= {OFF})")
+        raise CircuitError(f"{what}: SiLU argument {x[i]} at index {i if index is None else int(index[i])} "
+                           f"is not saturated (>= {SILU_ON} or <= {OFF})")
     return np.where(x >= SILU_ON, x, 0.0)
 
 
@@ -227,17 +282,25 @@ def _decay(a: float, a_log: float) -> float:
 def _dyadic(x: np.ndarray, what: str) -> np.ndarray:
     scaled = x * 2.0 ** 30
     if not np.array_equal(scaled, np.round(scaled)):
-        raise CircuitError(f"{what}: values are not dyadic ({x[np.flatnonzero(scaled != np.round(scaled))[:3]]})")
+        raise CircuitError(f"{what}: values are not dyadic ({x[scaled != np.round(scaled)][:3]})")
     return x
 
 
+def _rows(states: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Each head's ``state.T @ x`` (head x key x value, head x key) over the nonzero entries of ``x``."""
+    head, row = np.nonzero(x)
+    out = np.zeros((states.shape[0], states.shape[2]))
+    np.add.at(out, head, x[head, row, None] * states[head, row])
+    return out
+
+
 def _l2norm(x: np.ndarray) -> np.ndarray:
-    total = float(x @ x)
-    return x if total == 0 else x / np.sqrt(total)
+    """Each head's row over its Euclidean norm (a row of zeros stays zero)."""
+    total = np.einsum("hk,hk->h", x, x)
+    return x / np.sqrt(np.where(total == 0, 1.0, total))[:, None]
 
 
 def _gated_norm(o: np.ndarray, what: str) -> np.ndarray:
-    mean = float(o @ o) / len(o)
-    if mean == 0:
-        return o
-    return _dyadic(o / np.sqrt(mean), f"{what} norm")
+    """Each head's row over its root mean square (a row of zeros stays zero)."""
+    mean = np.einsum("hv,hv->h", o, o) / o.shape[1]
+    return _dyadic(o / np.sqrt(np.where(mean == 0, 1.0, mean))[:, None], f"{what} norm")
