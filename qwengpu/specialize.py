@@ -180,12 +180,6 @@ def _test(decisions):
                 {"D": _DECISIONS, "nan": float("nan"), "inf": float("inf")})
 
 
-def _freeze(decision):
-    """A decision with plain values (hashable, and no traced int left to record more decisions)."""
-    kind, expr, others, outcome = decision
-    return kind, _plain(expr), _plain(others), _plain(outcome)
-
-
 def _map(x, leaf):
     """A program value with each traced int replaced by ``leaf(it)`` (tuples, lists, sets and frozen dataclasses
     rebuilt; a dataclass with nothing to replace is kept as it is)."""
@@ -291,5 +285,7 @@ class Specializer:
             _state.decisions = None
         self.lowered += 1
         holes = [i for i, b in enumerate(program.blocks) if _holes(b)]
-        unique = list(dict.fromkeys(_freeze(d) for d in decisions))
+        # a decision holds plain values already (an expression is built of expressions and plain ints: _expr keeps
+        # a traced operand's expression, never the operand; an outcome is int's own result), so it is its own key
+        unique = list(dict.fromkeys(decisions))
         return Template(unique, program, holes, [_plain(b) for b in program.blocks])

@@ -55,6 +55,21 @@ def test_a_reused_program_is_the_lowering_of_its_arguments():
     assert spec.lowered <= 10
 
 
+def test_recorded_decisions_hold_no_traced_int():
+    """A template keys its decisions as they were recorded: each must be plain values, or a later comparison of
+    two decisions would itself record decisions (and keep the traced lowering alive)."""
+    def traced_inside(x):
+        return isinstance(x, Traced) or isinstance(x, tuple) and any(traced_inside(v) for v in x)
+
+    dev = Device()
+    spec = Specializer(dev.load_kernel(BRANCHY, "k").ptx)
+    for mode in range(16):
+        spec.program((64, 80, mode, 3, 5, 2**31 + 9), 4)
+    decisions = [d for templates in spec.templates.values() for t in templates for d in t.decisions]
+    assert len(decisions) > 16
+    assert not any(traced_inside(d) for d in decisions)
+
+
 def test_qccl_launches_lower_once_per_shape_and_equal_the_plain_lowering(monkeypatch):
     """Every launch of a few int and float collectives on 4 ranks, replayed through a fresh Specializer per kernel:
     each program equals the plain lowering of the same arguments, and the second pass lowers nothing."""
