@@ -50,7 +50,7 @@ class _Columns:
     def __init__(self, matrix):
         matrix = sparse.csc_matrix(matrix)
         matrix.sort_indices()
-        self.shape, self.nnz = matrix.shape, matrix.nnz
+        self.shape = matrix.shape
         self._starts, self._rows, self._values = matrix.indptr, matrix.indices, matrix.data
 
     def __matmul__(self, x: np.ndarray) -> np.ndarray:
@@ -198,13 +198,12 @@ class CircuitBackend:
                 states[head] *= decay
         # k and q are one- or two-hot: a token reads and writes only the state rows of their nonzero entries, so
         # the products run over those rows (the other terms are zeros, which change no sum)
-        recall = _rows(states, k)
-        delta = (v - recall) * beta
-        head, row = np.nonzero(k)
-        states[head, row] += k[head, row, None] * delta[head]
+        keys = np.nonzero(k)
+        delta = (v - _rows(states, k, keys)) * beta
+        states[keys] += k[keys][:, None] * delta[keys[0]]
         # l2norm(q) / sqrt(dk) as one division, so a two-hot q reads exactly; a q that meets only empty rows
         # reads exactly zero whatever its scale
-        read = _rows(states, q)
+        read = _rows(states, q, np.nonzero(q))
         reading = read.any(axis=1)
         o = read.copy()
         if reading.any():
@@ -286,9 +285,9 @@ def _dyadic(x: np.ndarray, what: str) -> np.ndarray:
     return x
 
 
-def _rows(states: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Each head's ``state.T @ x`` (head x key x value, head x key) over the nonzero entries of ``x``."""
-    head, row = np.nonzero(x)
+def _rows(states: np.ndarray, x: np.ndarray, nonzero) -> np.ndarray:
+    """Each head's ``state.T @ x`` (head x key x value, head x key) over ``nonzero``, ``np.nonzero(x)``."""
+    head, row = nonzero
     out = np.zeros((states.shape[0], states.shape[2]))
     np.add.at(out, head, x[head, row, None] * states[head, row])
     return out
