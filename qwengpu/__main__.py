@@ -27,8 +27,8 @@ def _arguments(text: str | None, count: int) -> list[int]:
 
 
 def asm(args) -> int:
-    module = parse(open(args.file).read() if args.file.endswith(".ptx") else ptx_for(args.file))
-    names = [args.kernel] if args.kernel else sorted(module.kernels)
+    module = parse(open(args.file).read() if args.file.endswith(".ptx") else ptx_for(args.file), strict=False)
+    names = [args.kernel] if args.kernel else sorted(module.kernels) + sorted(module.refused)
     device = Device()
     for name in names:
         kernel = device.load_kernel(args.file, name)

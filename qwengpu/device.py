@@ -249,7 +249,9 @@ class Device:
             ptx_text = text
         else:
             ptx_text = ptx_for(text)
-        module = parse(ptx_text)
+        module = parse(ptx_text, strict=False)     # another kernel of the file outside the subset is no concern here
+        if name in module.refused:
+            raise module.refused[name]
         if name not in module.kernels:
             raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(module.kernels)})")
         return Kernel(name, module.kernels[name], ptx_text)

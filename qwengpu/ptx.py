@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .isa import MachineError
+from .isa import LANES, MachineError
 
 VERSION_MIN, VERSION_MAX = (7, 8), (9, 5)
 
@@ -53,6 +53,8 @@ class Instruction:
     guard_negated: bool         # "@!%p1"
     line: int                   # 1-based line in the PTX text
     text: str                   # the statement as written, stripped, without the ';'
+    pair: Reg | None = None     # the second destination of "d|p": shfl's source-in-range predicate (setp's
+    #                             negated result, which the lowering refuses)
 
     # cached: the lowering asks each instruction for these thousands of times per launch configuration
     @cached_property
@@ -89,11 +91,13 @@ class Module:
     address_size: int
     kernels: dict[str, Kernel] = field(default_factory=dict)
     shared: dict[str, int] = field(default_factory=dict)     # module-scope .shared arrays: name -> bytes
+    refused: dict[str, PTXError] = field(default_factory=dict)  # parse(strict=False): kernel -> why it is not kept
 
 
 # Special registers are always in scope; whether the machine has one is the lowering's decision.
-_SPECIAL = re.compile(r"%(?:n?tid|n?ctaid|nclusterid|clusterid)\.[xyz]$|%(?:laneid|warpid|nwarpid|smid|nsmid|gridid|"
-                      r"clock|clock64|globaltimer|lanemask_(?:eq|le|lt|ge|gt)|envreg\d+)$")
+SPECIAL_REGISTER = re.compile(r"%(?:n?tid|n?ctaid|nclusterid|clusterid)\.[xyz]$|"
+                              r"%(?:laneid|warpid|nwarpid|smid|nsmid|gridid|clock|clock64|globaltimer|"
+                              r"lanemask_(?:eq|le|lt|ge|gt)|envreg\d+)$")
 _IDENT = r"[A-Za-z_$][\w$]*"
 _REG = re.compile(r"%" + _IDENT + r"(?:\.[xyz])?$")
 _SYMBOL = re.compile(_IDENT + "$")
@@ -225,6 +229,33 @@ class _KernelParser:
         self.counts: dict[str, int | None] = {}     # register prefix -> count declared with <N>, None for a name
         self.labels: dict[str, int] = {}
         self.targets: list[tuple[str, Instruction]] = []
+        # The open { } scopes (the body's first): a register declared in a nested one (inline asm's
+        # ``{ .reg .pred p; ... }``), or named without '%', gets a kernel-wide name of its own, so scopes that declare
+        # the same name never meet.
+        self.scopes: list[tuple[int, dict[str, str]]] = [(0, {})]
+        self.opened = 0
+
+    def open_scope(self) -> None:
+        self.opened += 1
+        self.scopes.append((self.opened, {}))
+
+    def close_scope(self) -> bool:
+        """Close a nested scope; False at the body's own closing brace."""
+        if len(self.scopes) == 1:
+            return False
+        self.scopes.pop()
+        return True
+
+    def resolve(self, name: str) -> str | None:
+        """The kernel-wide name of a register declared in a scope (``p`` -> ``%p_s1_``; ``r3`` of ``.reg .b32
+        r<4>`` -> ``%r_s1_3``), innermost scope first; None if no scope renamed it."""
+        m = re.fullmatch(r"(%?" + _IDENT + r"?)(\d+)", name)
+        for _, names in reversed(self.scopes):
+            if name in names and self.counts.get(names[name], 0) is None:
+                return names[name]
+            if m and m.group(1) in names and self.counts.get(names[m.group(1)]) is not None:
+                return names[m.group(1)] + m.group(2)
+        return None
 
     def directive(self, line: int, text: str) -> None:
         name = text.split(None, 1)[0][1:]
@@ -250,11 +281,15 @@ class _KernelParser:
         if typ.startswith("v") and typ[1:].isdigit():
             raise _err(line, "vector registers are not supported", text)
         for item in m.group(2).split(","):
-            r = re.fullmatch(r"\s*(%" + _IDENT + r")\s*(?:<\s*(\d+)\s*>)?\s*", item)
+            r = re.fullmatch(r"\s*(%?" + _IDENT + r")\s*(?:<\s*(\d+)\s*>)?\s*", item)
             if not r:
                 raise _err(line, f"bad register name {item.strip()!r}", text)
-            self.k.registers[r.group(1)] = typ
-            self.counts[r.group(1)] = int(r.group(2)) if r.group(2) else None
+            name = r.group(1)
+            scope, names = self.scopes[-1]
+            if scope or not name.startswith("%"):
+                names[name] = name = f"%{name.lstrip('%')}_s{scope}_"
+            self.k.registers[name] = typ
+            self.counts[name] = int(r.group(2)) if r.group(2) else None
 
     def label(self, line: int, name: str) -> None:
         if name in self.labels:
@@ -263,9 +298,10 @@ class _KernelParser:
         self.k.body.append(Label(name))
 
     def reg(self, name: str, line: int, text: str) -> Reg:
+        name = self.resolve(name) or name
         if not _REG.match(name):
             raise _err(line, f"bad register {name!r}", text)
-        if _SPECIAL.match(name) or self.counts.get(name, 0) is None:
+        if SPECIAL_REGISTER.match(name) or self.counts.get(name, 0) is None:
             return Reg(name)
         # Split "%rd12" into prefix "%rd" and index 12: the lazy prefix stops where only digits remain.
         m = re.fullmatch(r"(%" + _IDENT + r"?)(\d+)", name)
@@ -284,8 +320,10 @@ class _KernelParser:
             if not s.endswith("]"):
                 raise _err(line, f"bad memory operand {s!r}", text)
             return self._mem(s[1:-1].strip(), line, text)
-        if s.startswith("%"):
+        if s.startswith("%") or self.resolve(s):
             return self.reg(s, line, text)
+        if s == "WARP_SZ":          # PTX's run-time constant for the threads of a warp: the machine's warp
+            return Imm(LANES)
         if s[0] in "!|" or "|" in s:
             raise _err(line, f"operand {s!r} is not supported", text)
         if _SYMBOL.match(s):
@@ -302,7 +340,7 @@ class _KernelParser:
         if m.group(2):
             off = _parse_int(m.group(3), line, text)      # "+-8" parses "-8"
             off = -off if m.group(2) == "-" else off
-        if m.group(1).startswith("%"):
+        if m.group(1).startswith("%") or self.resolve(m.group(1)):
             return Mem(self.reg(m.group(1), line, text), off)
         if self._shared_symbol(m.group(1)):
             return Mem(m.group(1), off)
@@ -322,7 +360,7 @@ class _KernelParser:
 
     def instruction(self, line: int, text: str) -> None:
         guard, negated, rest = None, False, text
-        g = re.match(r"@(!?)\s*(%[\w$]+)\s+", text)
+        g = re.match(r"@(!?)\s*(%?[\w$]+)\s+", text)
         if g:
             negated, rest = bool(g.group(1)), text[g.end():]
             guard = self.reg(g.group(2), line, text)
@@ -333,8 +371,13 @@ class _KernelParser:
         opcode = parts[0]
         if not _OPCODE.match(opcode):
             raise _err(line, f"bad opcode {opcode!r}", text)
-        ops = tuple(self.operand(s, line, text) for s in parts[1].split(",")) if len(parts) > 1 else ()
-        ins = Instruction(opcode, ops, guard, negated, line, " ".join(text.split()))
+        texts = parts[1].split(",") if len(parts) > 1 else []
+        pair = None
+        if texts and "|" in texts[0]:           # "d|p": a destination and a predicate destination
+            first, second = texts[0].split("|", 1)
+            texts[0], pair = first, self.reg(second.strip(), line, text)
+        ops = tuple(self.operand(s, line, text) for s in texts)
+        ins = Instruction(opcode, ops, guard, negated, line, " ".join(text.split()), pair)
         self.targets += [(o.name, ins) for o in ops if isinstance(o, Label) and not self._shared_symbol(o.name)]
         self.k.body.append(ins)
 
@@ -380,17 +423,26 @@ def _parse_header(line: int, text: str) -> Kernel:
     return k
 
 
-def parse(text: str) -> Module:
-    """Parse PTX text into a Module; raise PTXError (naming the line and text) on anything outside the subset."""
+def parse(text: str, strict: bool = True) -> Module:
+    """Parse PTX text into a Module; raise PTXError (naming the line and text) on anything outside the subset.
+
+    With ``strict=False`` a kernel whose header or body is outside the subset is left out and its error kept in
+    ``Module.refused`` (a module of several kernels loads the others, as a GPU's driver would); an error at module
+    scope still raises."""
     version = target = None
     address_size = None
     kernels: dict[str, Kernel] = {}
     shared: dict[str, int] = {}
+    refused: dict[str, PTXError] = {}
     kp: _KernelParser | None = None
     skipping = 0            # depth inside a device function's body: skipped (a call to it is refused when lowered)
+    broken = None           # (kernel, error) of a refused kernel whose body is being skipped
     for line, stmt, term in _chunks(_strip_comments(text)):
         if skipping:
             skipping += (term == "{") - (term == "}")
+            if not skipping and broken:
+                refused[broken[0]] = broken[1]
+                broken = None
             continue
         if kp is None and term in ("{", ";") and re.search(r"(^|\s)\.func\b", stmt):
             # libdevice helpers NVRTC emits beside a kernel (e.g. __nv_umin) even when every use is inlined.
@@ -413,7 +465,14 @@ def parse(text: str) -> Module:
             if term == "{":
                 if version is None:
                     raise _err(line, "a kernel before the .version directive", stmt)
-                kp = _KernelParser(_parse_header(line, stmt), line, shared)
+                try:
+                    kp = _KernelParser(_parse_header(line, stmt), line, shared)
+                except PTXError as e:
+                    named = re.search(r"\.entry\s+(" + _IDENT + ")", stmt)
+                    if strict or not named:
+                        raise
+                    skipping, broken = 1, (named.group(1), e)
+                    continue
                 if kp.k.name in kernels:
                     raise _err(line, f"kernel {kp.k.name} is defined twice", stmt)
                 continue
@@ -449,31 +508,50 @@ def parse(text: str) -> Module:
                 raise _err(line, "module-scope declarations are not supported", stmt)
             raise _err(line, "unexpected statement at module scope" if term else "missing ';'", stmt)
         # inside a kernel body
-        if term == "}":
-            if stmt:
-                raise _err(line, "missing ';'", stmt)
-            kernels[kp.k.name] = kp.finish()
+        try:
+            if _body_statement(kp, line, stmt, term):
+                kernels[kp.k.name] = kp.finish()
+                kp = None
+        except PTXError as e:
+            if strict:
+                raise
+            skipping = len(kp.scopes) + (term == "{") - (term == "}")     # the braces still open
+            if skipping:
+                broken = (kp.k.name, e)
+            else:
+                refused[kp.k.name] = e
             kp = None
-        elif term == "{":
-            if stmt:
-                raise _err(line, "vector operands are not supported", stmt + " {")
-            raise _err(line, "nested { } scopes are not supported", "{")
-        elif term == ":":
-            kp.label(line, stmt)
-        elif term == "\n":
-            continue            # .loc line info
-        elif term is None:
-            raise _err(line, "missing ';'", stmt)
-        elif stmt.startswith("."):
-            kp.directive(line, stmt)
-        elif stmt:
-            kp.instruction(line, stmt)
     if kp is not None:
         raise _err(kp.line, f"kernel {kp.k.name} has no closing '}}'", f".entry {kp.k.name}")
+    if broken:
+        raise broken[1]
     if version is None:
         raise PTXError("line 1: missing .version directive: " + repr(text[:40]))
     if target is None:
         raise PTXError("line 1: missing .target directive: " + repr(text[:40]))
     if address_size is None:
         raise PTXError("line 1: missing .address_size 64 directive: " + repr(text[:40]))
-    return Module(version, target, address_size, kernels, shared)
+    return Module(version, target, address_size, kernels, shared, refused)
+
+
+def _body_statement(kp: _KernelParser, line: int, stmt: str, term: str | None) -> bool:
+    """One statement of a kernel body; True at the body's closing brace."""
+    if term == "}":
+        if stmt:
+            raise _err(line, "missing ';'", stmt)
+        return not kp.close_scope()
+    if term == "{":
+        if stmt:
+            raise _err(line, "vector operands are not supported", stmt + " {")
+        kp.open_scope()             # inline asm's { .reg .pred p; ... }
+    elif term == ":":
+        kp.label(line, stmt)
+    elif term == "\n":
+        pass                        # .loc line info
+    elif term is None:
+        raise _err(line, "missing ';'", stmt)
+    elif stmt.startswith("."):
+        kp.directive(line, stmt)
+    elif stmt:
+        kp.instruction(line, stmt)
+    return False

@@ -196,7 +196,7 @@ def _body(lines: str) -> str:
     (_body("\tbra.uni $L__nowhere;"), 10, "$L__nowhere is not defined"),
     (_body("\tmov.u32 %r1, 1\n\tmov.u32 %r2, 2;"), 10, "bad integer"),
     (_body("\tld.global.u32 %r1, [other_param_0];"), 10, "unknown symbol other_param_0"),
-    (_body("{\n\tmov.u32 %r1, 1;\n}"), 10, "nested"),
+    (_body("{\n\t.reg .b32 %s<2>;\n\tmov.u32 %s1, 1;\n}\n\tmov.u32 %r1, %s1;"), 14, "%s1 is not declared"),
     (_body("$L__A:\n$L__A:"), 11, "defined twice"),
     (HEADER + "\n.global .align 4 .b32 counter;\n", 5, "not supported"),
     (HEADER + "\n.extern .shared .align 4 .b8 smem[4];\n", 5, "not supported"),   # extern arrays have no size

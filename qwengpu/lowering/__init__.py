@@ -39,6 +39,8 @@ from .fuse import fuse
 from .mop import Program
 from .propagate import propagate
 from .regalloc import allocate
+from .transfer import WARP_INSTRUCTIONS
+from .warp import EXCHANGE
 from ..ptx import Instruction, Mem, Reg
 from .pointers import address_registers
 from .values import MASK32, Const, Context
@@ -90,8 +92,9 @@ def bind_arguments(kernel, args: list[int]) -> dict:
 
 def shared_layout(kernel, dynamic: int = 0) -> tuple[int, dict[str, int]]:
     """The kernel's __shared__ arrays at the top of memory (below the sink), in declaration order, each starting on a
-    word, then the dynamic shared memory (``extern __shared__``: ``dynamic`` bytes, given at launch; every extern
-    array starts there, as on a GPU): (words they take, name -> byte address)."""
+    word, then the warp's exchange words if the kernel shuffles or votes (``warp.EXCHANGE``), then the dynamic shared
+    memory (``extern __shared__``: ``dynamic`` bytes, given at launch; every extern array starts there, as on a
+    GPU): (words they take, name -> byte address)."""
     arrays = getattr(kernel, "shared", {})
     sizes = {name: (size + 3) // 4 for name, size in arrays.items() if size is not None}
     extern = [name for name, size in arrays.items() if size is None]
@@ -102,6 +105,8 @@ def shared_layout(kernel, dynamic: int = 0) -> tuple[int, dict[str, int]]:
         raise MachineError(f"kernel {kernel.name} declares extern __shared__ {', '.join(extern)} (dynamic shared "
                            "memory): give its size in bytes at launch, dev.launch(..., shared=BYTES)")
     dynamic_words = (dynamic + 3) // 4 if extern else 0
+    if any(isinstance(inst, Instruction) and inst.base in WARP_INSTRUCTIONS for inst in kernel.body):
+        sizes[EXCHANGE] = isa.LANES     # shfl / vote / redux pass values between lanes through these words
     words = sum(sizes.values()) + dynamic_words
     if words > isa.USABLE_WORDS:
         listed = ", ".join([f"{name} {n}" for name, n in sizes.items()] +

@@ -16,6 +16,7 @@ instruction modules the Emitter is made of:
     addressing.AddressOps     arithmetic whose result is an address or a byte offset
     arithmetic.ArithmeticOps  add ... mul / div / rem, setp, selp, cvt, mov
     bits.BitOps               popc, clz, brev, bfe, bfi, shf, prmt
+    warp.WarpOps              shfl, vote, activemask, redux; %laneid, %warpid, %lanemask_*
 
 Example::
 
@@ -36,7 +37,8 @@ from .mop import MOp
 from .pointers import address_registers
 from .predicates import FALSE, TRUE, Predicate
 from .transfer import evaluate, guard_value, make_reader, sources, step
-from .values import DYNAMIC, MASK32, SPECIAL, Affine, Const, Context, destination, unsupported, width
+from .values import DYNAMIC, LANE_SPECIAL, MASK32, SPECIAL, Affine, Const, Context, destination, unsupported, width
+from .warp import WarpOps
 from .semantics import bits_of, to_signed
 
 # Every function of two 0/1 atoms (a, b) that depends on both, as one ALU op on (a, b) and whether to negate it.
@@ -62,7 +64,7 @@ class _Divergent(Exception):
         self.header = header
 
 
-class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps):
+class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
     """Walks the executable basic blocks in program order and emits machine ops under lane predicates."""
 
     def __init__(self, kernel, blocks: list[BasicBlock], states: dict, context: Context):
@@ -260,10 +262,8 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps):
             self.mops.append(MOp("mul", ("tid", 0), (None, value.coef & MASK32), scaled, text="thread index scale"))
             return (scaled, value.offset & MASK32)
         if value == DYNAMIC and isinstance(operand, Reg):
-            if operand.name == "%laneid":
-                lane = self.temp()
-                self.mops.append(MOp("and", ("tid", 0), (None, 3), lane, text="lane id"))
-                return (lane, 0)
+            if operand.name in LANE_SPECIAL:
+                return self.special(operand.name)
             return (operand.name, 0)
         raise MachineError(f"register {operand} is read before any definition reaches it")
 
@@ -637,8 +637,11 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps):
         if guard != Const(1):
             pred = pred & Predicate.atom(inst.guard.name, inst.guard_negated)
         self.pred = pred
-        if destination(inst) in self.dynamic:
-            self._protect(destination(inst))
+        if inst.pair is not None and base != "shfl":
+            raise unsupported(inst, "a second destination (d|p) is supported on shfl only")
+        for written in (destination(inst), inst.pair.name if inst.pair else None):
+            if written in self.dynamic:
+                self._protect(written)
         if base in ("st", "red"):
             self._check_global()
             if base == "red":
@@ -658,6 +661,8 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps):
                 self._compute(read, dst, value_here)
         step(inst, state, read, self.context)
         self.invalidate(dst)
+        if inst.pair is not None:
+            self.invalidate(inst.pair.name)
 
     def _barrier(self, read) -> None:
         """``__syncthreads()``: a no-op for one warp (its lanes run in step); for several warps a marker that

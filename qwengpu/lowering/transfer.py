@@ -21,7 +21,11 @@ from .semantics import bits_of, fold, types
 from .values import (DYNAMIC, MASK32, MASK64, Affine, Const, Context, destination, join, make_reader,
                      signed, signed_value, unsupported, width)
 
-__all__ = ["evaluate", "step", "guard_value", "make_reader", "sources"]
+__all__ = ["evaluate", "step", "guard_value", "make_reader", "sources", "WARP_INSTRUCTIONS"]
+
+# Instructions that exchange values between the lanes of a warp (lowering.warp): nothing about their results is
+# known before the machine runs.
+WARP_INSTRUCTIONS = ("shfl", "vote", "activemask", "redux")
 
 FLOAT_MODIFIERS = {"rn", "rz", "rm", "rp", "ftz", "sat", "approx", "full"}
 
@@ -103,7 +107,7 @@ def evaluate(inst: Instruction, read, context: Context):
     base, mods = inst.base, inst.modifiers
     if base == "ld" and "param" in mods:
         return param_value(inst, context)
-    if base in ("ld", "atom"):
+    if base in ("ld", "atom") or base in WARP_INSTRUCTIONS:
         return DYNAMIC
     values = [read(o) for o in sources(inst)]
     if any(v is None for v in values):
@@ -162,5 +166,7 @@ def step(inst: Instruction, state: dict, read, context: Context) -> str | None:
     if guard != Const(1):
         value = join(state.get(dst, Const(0)), value)
     state[dst] = value
+    if inst.pair is not None:           # shfl's "d|p": the predicate is the machine's too
+        state[inst.pair.name] = DYNAMIC
     return dst
 

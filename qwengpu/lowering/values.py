@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .. import isa
 from ..isa import MachineError
-from ..ptx import Imm, Instruction, Label, Reg
+from ..ptx import SPECIAL_REGISTER, Imm, Instruction, Label, Reg
 
 MASK32 = 0xFFFFFFFF
 MASK64 = (1 << 64) - 1
@@ -54,8 +54,15 @@ class Context:
     symbols: dict = field(default_factory=dict)     # .shared array -> its byte address in the block's words
 
 
+# The special registers the machine has. The thread and block indices, sizes and the lane are known at launch or
+# computed from the thread index (``warp.WarpOps.special``): the warp of thread t is t // 4, its lane t % 4 (warps
+# run one after another on one SM). Any other (%clock, %clock64, %globaltimer, %envreg<n>, %gridid, clusters) is
+# refused by name (ptx.SPECIAL_REGISTER parses them all): a value the machine does not have must not read as 0.
 SPECIAL = {"%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x", "%tid.y", "%tid.z", "%ntid.y", "%ntid.z", "%ctaid.y",
-           "%ctaid.z", "%nctaid.y", "%nctaid.z", "%laneid"}
+           "%ctaid.z", "%nctaid.y", "%nctaid.z", "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid",
+           "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge", "%lanemask_gt"}
+LANE_SPECIAL = {"%laneid", "%warpid", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge",
+                "%lanemask_gt"}       # lane-dependent: the machine computes them
 
 
 def width(inst: Instruction) -> int:
@@ -105,10 +112,14 @@ def make_reader(state: dict, context: Context):
             if name in SPECIAL:
                 if name == "%tid.x":
                     return Affine(1, 0)
-                if name == "%laneid":
+                if name in LANE_SPECIAL:
                     return DYNAMIC
                 if name == "%ntid.x":
                     return Const(context.threads)
+                if name == "%nwarpid":
+                    return Const(-(-context.threads // isa.LANES))
+                if name == "%nsmid":
+                    return Const(1)
                 if name == "%nctaid.x":
                     return Const(context.blocks)
                 if name == "%ctaid.x":
@@ -116,6 +127,9 @@ def make_reader(state: dict, context: Context):
                 if name in ("%ntid.y", "%ntid.z", "%nctaid.y", "%nctaid.z"):
                     return Const(1)
                 return Const(0)
+            if SPECIAL_REGISTER.match(name):
+                raise MachineError(f"special register {name} is not supported: the machine has no clock, timer, "
+                                   "environment registers or clusters")
             return state.get(name, Const(0))   # registers start at 0 on the machine
         if isinstance(operand, Label) and operand.name in context.symbols:
             return Const(context.symbols[operand.name])     # a .shared array's address (``mov.u64 %rd1, s``)
