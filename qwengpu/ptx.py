@@ -6,8 +6,11 @@ machine cannot have: vector operands, .local/.const state, calls, global variabl
 immediates. ``.shared`` arrays of a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by
 name and size in ``Kernel.shared``, dynamic ones (``extern __shared__ int s[];``) with size None (their bytes are a
 launch parameter); the lowering places them in the block's words. Device
-functions (.func) beside a kernel are skipped: NVRTC emits libdevice helpers even where every use is inlined. What an instruction means is left to the lowering: opcodes are kept exactly as written (``.u32`` and
-``.b32`` spellings both survive).
+functions (.func) beside a kernel are skipped: NVRTC emits libdevice helpers even where every use is inlined. Inline
+asm's nested ``{ }`` scopes are taken, each scope's registers renamed apart (``Kernel.registers`` holds them under
+kernel-wide names). ``parse(text, strict=False)`` keeps a kernel outside the subset out of ``Module.kernels`` and its
+error in ``Module.refused``, so one kernel of a file does not keep the others from loading. What an instruction
+means is left to the lowering: opcodes are kept exactly as written (``.u32`` and ``.b32`` spellings both survive).
 """
 from __future__ import annotations
 

@@ -79,9 +79,8 @@ class WarpOps:
         full = self._lane_function((lane, 0), warp0)
         other = self._lane_function((lane, 0), last)
         in_last = self._emit_true("ge_u", ("tid", 0), (None, first))
-        diff = self._emit_true("sub", other, full)
-        return (self._emit_true("mul", (diff, 0), (in_last, 0)), 0) if full == (None, 0) else \
-            (self._emit_true("add", full, (self._emit_true("mul", (diff, 0), (in_last, 0)), 0)), 0)
+        moved = self._emit_true("mul", (self._emit_true("sub", other, full), 0), (in_last, 0))
+        return (moved, full[1]) if full[0] is None else (self._emit_true("add", full, (moved, 0)), 0)
 
     def _lane_function(self, lane: tuple, values: list[int]) -> tuple:
         """values[lane] for a lane operand holding 0..len(values)-1."""
