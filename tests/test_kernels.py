@@ -394,3 +394,31 @@ def test_bits_division_by_constants():
 ])
 def test_bits_popc_clz_brev(name, fn):
     assert _bits_launch(name, EDGE) == [fn(v) for v in EDGE]
+
+
+def _highest_bit(v: int) -> int:
+    """PTX's bfind result: the highest set bit's position, 0xffffffff for none."""
+    return (v.bit_length() - 1) & 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("mode, fn", [
+    (0, _highest_bit),
+    (1, lambda v: _highest_bit(v ^ 0xFFFFFFFF if v >> 31 else v)),
+    (2, lambda v: 31 - _highest_bit(v) if v else 0xFFFFFFFF),
+    (3, lambda v: (lambda s: 31 - _highest_bit(s) if s else 0xFFFFFFFF)(v ^ 0xFFFFFFFF if v >> 31 else v)),
+])
+def test_bits_bfind(mode, fn):
+    """bfind.u32 / .s32, with and without .shiftamt, from inline PTX (mode is a launch constant)."""
+    dev = Device()
+    dev.write(64, _as_words(EDGE))
+    dev.launch(kernel(dev, "bits.cu", "bfind"), threads=16, args=[0, 64, mode])
+    assert [int(v) & 0xFFFFFFFF for v in dev.read(0, 16)] == [fn(v) for v in EDGE]
+
+
+def test_bits_ffs_and_sad():
+    """__ffs (the lowest set bit from 1, 0 for 0: brev + bfind.shiftamt in PTX) and __usad / __sad (|x - y| + 7)."""
+    assert _bits_launch("ffs", EDGE) == [(v & -v).bit_length() for v in EDGE]
+    y = EDGE[5:] + EDGE[:5]
+    want = [(abs(a - b) + 7) & 0xFFFFFFFF for a, b in zip(EDGE, y)] + \
+        [(abs(_signed(a) - _signed(b)) + 7) & 0xFFFFFFFF for a, b in zip(EDGE, y)]
+    assert _bits_launch("sad", EDGE, y, out_words=32) == want

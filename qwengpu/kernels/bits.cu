@@ -54,3 +54,33 @@ extern "C" __global__ void brev(int *out, const int *x) {
     int i = threadIdx.x;
     out[i] = (int)__brev((unsigned)x[i]);
 }
+
+// The lowest set bit, counted from 1 (0 for 0): NVRTC writes brev then bfind.shiftamt; the lowering counts the
+// trailing zeros of the brev's source instead of reversing the word.
+extern "C" __global__ void ffs(int *out, const int *x) {
+    int i = threadIdx.x;
+    out[i] = __ffs(x[i]);
+}
+
+// bfind as PTX writes it: the highest set bit (.u32), the highest bit that differs from the sign (.s32), and with
+// .shiftamt the left shift that brings it to the top; 0xffffffff where there is none. mode is a launch constant.
+extern "C" __global__ void bfind(int *out, const int *x, int mode) {
+    int i = threadIdx.x;
+    unsigned r, v = x[i];
+    if (mode == 0)
+        asm("bfind.u32 %0, %1;" : "=r"(r) : "r"(v));
+    else if (mode == 1)
+        asm("bfind.s32 %0, %1;" : "=r"(r) : "r"(v));
+    else if (mode == 2)
+        asm("bfind.shiftamt.u32 %0, %1;" : "=r"(r) : "r"(v));
+    else
+        asm("bfind.shiftamt.s32 %0, %1;" : "=r"(r) : "r"(v));
+    out[i] = (int)r;
+}
+
+// |x - y| + 7, unsigned (__usad) and signed (__sad).
+extern "C" __global__ void sad(int *out, const int *x, const int *y) {
+    int i = threadIdx.x;
+    out[i] = (int)__usad((unsigned)x[i], (unsigned)y[i], 7u);
+    out[16 + i] = (int)__sad(x[i], y[i], 7u);
+}

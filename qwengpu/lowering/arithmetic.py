@@ -429,6 +429,15 @@ class ArithmeticOps:
     def _op_cnot(self, read, dst):
         self.op("eq", self.src(read, 0), (None, 0), dst=dst)
 
+    def _op_sad(self, read, dst):
+        """``__sad`` / ``__usad``: |a - b| + c, the difference of the larger and the smaller (signed or unsigned)."""
+        bits = width(self.inst)
+        self._need_fits(bits)
+        a, b = self._extended(read, 0, bits, signed(self.inst)), self._extended(read, 1, bits, signed(self.inst))
+        kind = "_s" if signed(self.inst) else "_u"
+        difference = self.op("sub", (self.op("max" + kind, a, b), 0), (self.op("min" + kind, a, b), 0))
+        self._narrow(self.op("add", (difference, 0), self.src(read, 2)), dst, bits)
+
     def _op_abs(self, read, dst):
         bits = width(self.inst)
         self._need_fits(bits)

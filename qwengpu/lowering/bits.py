@@ -1,17 +1,18 @@
-"""Bit manipulation: population count, leading zeros, bit reversal, bit-field extract / insert, funnel shifts
+"""Bit manipulation: population count, leading zeros, the highest set bit (bfind, and ``__ffs``), bit reversal, bit-field extract / insert, funnel shifts
 and byte permutes, built from shifts, masks and ors (a population count adds its bytes with one multiply; mixed
 into ``emit.Emitter``). Positions, lengths and selectors must be known at launch; held in a register they are
 refused.
 """
 from __future__ import annotations
 
+from ..ptx import Reg
 from .transfer import sources
 from .values import MASK32, Const, signed, unsupported, width
 
 
 class BitOps:
-    """The ``_op_<base>`` builders of popc / clz / brev / bfe / bfi / shf / prmt. Uses the emitter's ``src``,
-    ``op`` and ``_need_fits``."""
+    """The ``_op_<base>`` builders of popc / clz / bfind / brev / bfe / bfi / shf / prmt. Uses the emitter's
+    ``src``, ``op``, ``value_operand``, ``definitions`` and ``_need_fits``."""
 
     def _op_popc(self, read, dst):
         self._need_fits(width(self.inst))
@@ -28,12 +29,51 @@ class BitOps:
         return self.op("shr_u", (self.op("mul", x, (None, 0x01010101)), 0), (None, 24), dst=dst)
 
     def _op_clz(self, read, dst):
-        """Leading zeros: every bit below the highest set one smeared to 1, then the zeros counted."""
         self._need_fits(width(self.inst))
-        x = self.src(read, 0)
+        self._leading_zeros(self.src(read, 0), dst)
+
+    def _leading_zeros(self, x: tuple, dst: str | None = None) -> str:
+        """Leading zeros: every bit below the highest set one smeared to 1, then the zeros counted."""
         for shift in (1, 2, 4, 8, 16):
             x = (self.op("or", x, (self.op("shr_u", x, (None, shift)), 0)), 0)
-        self._popcount((self.op("xor", x, (None, MASK32)), 0), dst)
+        return self._popcount((self.op("xor", x, (None, MASK32)), 0), dst)
+
+    def _op_bfind(self, read, dst):
+        """The position of the highest bit that differs from the sign (.u32: the highest set bit; .s32: of
+        a ^ (a >> 31)), 0xffffffff where there is none; with .shiftamt the left shift that brings it to the top
+        (31 minus it), 0xffffffff kept. ``__ffs(x)`` is a .shiftamt of ``brev x``: there the count is x's trailing
+        zeros, popc((x & -x) - 1), read from the brev's source, so the reversal's 20 ops become dead and are dropped
+        (lowering.fuse): 16 ops for __ffs instead of 44, which no ROM holds."""
+        inst = self.inst
+        self._need_fits(width(inst))
+        shiftamt = "shiftamt" in inst.modifiers
+        reversed_ = self._reversed_word(read, sources(inst)[0]) if shiftamt and not signed(inst) else None
+        if reversed_ is not None:
+            lowest = self.op("and", reversed_, (self.op("sub", (None, 0), reversed_), 0))
+            count = self._popcount((lowest, MASK32))                # (x & -x) - 1: the bits below the lowest
+        else:
+            x = self.src(read, 0)
+            if signed(inst):
+                x = (self.op("xor", x, (self.op("shr_s", x, (None, 31)), 0)), 0)
+            count = self._leading_zeros(x)
+            if not shiftamt:                                        # 31 - 32 is 0xffffffff: no bit found
+                self.op("sub", (None, 31), (count, 0), dst=dst)
+                return
+        none = self.op("sub", (None, 0), (self.op("shr_u", (count, 0), (None, 5)), 0))    # all ones for 32
+        self.op("or", (count, 0), (none, 0), dst=dst)
+
+    def _reversed_word(self, read, operand) -> tuple | None:
+        """The source of the ``brev.b32`` that alone defines ``operand``, when that source is the same value here
+        (a value known at launch, or a register with one definition); else None."""
+        defined = self.definitions.get(operand.name, []) if isinstance(operand, Reg) else []
+        if len(defined) != 1 or defined[0].base != "brev" or width(defined[0]) != 32 or defined[0].guard:
+            return None
+        source = defined[0].operands[1]
+        if isinstance(source, Reg) and (len(self.definitions.get(source.name, [])) > 1 or source.name in
+                                        self.addresses):
+            return None
+        value = read(source)
+        return None if value is None else self.value_operand(source, value)
 
     def _op_brev(self, read, dst):
         """Bit reversal: swap neighbouring bits, pairs, nibbles, bytes, then the halves."""

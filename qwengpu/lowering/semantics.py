@@ -128,8 +128,15 @@ def fold(inst: Instruction, values: list[int]) -> int | None:
                 "clz": lambda: bits - a.bit_length(), "cnot": lambda: int(a == 0),
                 "brev": lambda: int(format(a, f"0{bits}b")[::-1], 2)}[base]() & (mask if base not in (
                     "popc", "clz") else 0xFFFFFFFF)
+    if base == "bfind":                       # the highest bit that differs from the sign; none: all ones
+        highest = ((sa ^ (sa >> (bits - 1))) if is_signed else a).bit_length() - 1
+        if highest < 0:
+            return mask
+        return bits - 1 - highest if "shiftamt" in mods else highest
     b = v[1] & mask if len(v) > 1 else 0
     sb = to_signed(b, bits)
+    if base == "sad":
+        return (abs(sa - sb) if is_signed else abs(a - b)) + v[2] & mask
     if base == "add":
         return (a + b) & mask
     if base == "sub":
