@@ -417,7 +417,7 @@ def test_bits_bfind(mode, fn):
 
 def test_bits_ffs_and_sad():
     """__ffs (the lowest set bit from 1, 0 for 0: brev + bfind.shiftamt in PTX) and __usad / __sad (|x - y| + 7)."""
-    assert _bits_launch("ffs", EDGE) == [(v & -v).bit_length() for v in EDGE]
+    assert _bits_launch("lowest_bit", EDGE) == [(v & -v).bit_length() for v in EDGE]
     y = EDGE[5:] + EDGE[:5]
     want = [(abs(a - b) + 7) & 0xFFFFFFFF for a, b in zip(EDGE, y)] + \
         [(abs(_signed(a) - _signed(b)) + 7) & 0xFFFFFFFF for a, b in zip(EDGE, y)]

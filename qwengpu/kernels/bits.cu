@@ -57,7 +57,7 @@ extern "C" __global__ void brev(int *out, const int *x) {
 
 // The lowest set bit, counted from 1 (0 for 0): NVRTC writes brev then bfind.shiftamt; the lowering counts the
 // trailing zeros of the brev's source instead of reversing the word.
-extern "C" __global__ void ffs(int *out, const int *x) {
+extern "C" __global__ void lowest_bit(int *out, const int *x) {
     int i = threadIdx.x;
     out[i] = __ffs(x[i]);
 }
