@@ -166,25 +166,34 @@ class WarpOps:
 
     def _dynamic_source(self, mode: str, lane: tuple, b: tuple, c: int) -> tuple[tuple, str]:
         """The source lane of a shuffle whose b the machine computes: PTX's formula, then out of range -> own lane.
-        Returns (source lane operand, register holding p)."""
+        Returns (source lane operand, register holding p). At the full width (c = 0x1f, or 0 for up: every
+        reduction loop over ``warpSize``) the segment's bound lies outside the warp's 4 lanes, so p is the source
+        lane's existence alone and costs nothing more."""
         threads = self.context.threads
         lanes = [t % LANES for t in range(threads)]
         segmask, cval = (c >> 8) & 31, c & 31
+        bounds = [(l & segmask) | (cval & ~segmask & 31) for l in lanes]
         bval = self.op("and", b, (None, 31))
-        max_lane = self.thread_table([(l & segmask) | (cval & ~segmask & 31) for l in lanes])
         if mode == "idx":
             high = self.op("and", (bval, 0), (None, ~segmask & 31))
             j = self.op("or", (high, 0), self.thread_table([l & segmask for l in lanes]))
         else:
             j = self.op({"up": "sub", "down": "add", "bfly": "xor"}[mode], lane, (bval, 0))
-        p = self.op("ge_s" if mode == "up" else "le_s", (j, 0), max_lane)
-        exists = self.op("lt_u", (j, 0), (None, LANES))
-        offset = self.op("sub", (j, 0), lane)
+        valid = self.op("lt_u", (j, 0), (None, LANES))        # a lane of the warp (j < 0 wraps to a large word)
+        # the offset to the source lane (up and down: b itself)
+        offset = (None, 0) if mode in ("up", "down") else (self.op("sub", (j, 0), lane), 0)
         if threads % LANES:             # the last warp is partial: the source's thread must exist
-            reached = self.op("add", ("tid", 0), (offset, 0))
-            exists = self.op("and", (exists, 0), (self.op("lt_u", (reached, 0), (None, threads)), 0))
-        valid = self.op("and", (p, 0), (exists, 0))
-        moved = self.op("mul", (offset, 0), (valid, 0))
+            reached = self.op({"up": "sub", "down": "add"}.get(mode, "add"), ("tid", 0),
+                              (bval, 0) if mode in ("up", "down") else offset)
+            valid = self.op("and", (valid, 0), (self.op("lt_u", (reached, 0), (None, threads)), 0))
+        inside = min(bounds) >= LANES - 1 if mode != "up" else max(bounds) <= 0
+        if not inside:
+            in_segment = self.op("ge_s" if mode == "up" else "le_s", (j, 0), self.thread_table(bounds))
+            valid = self.op("and", (in_segment, 0), (valid, 0))
+        if mode in ("up", "down"):
+            moved = self.op("mul", (bval, 0), (valid, 0))
+            return (self.op("sub" if mode == "up" else "add", lane, (moved, 0)), 0), valid
+        moved = self.op("mul", offset, (valid, 0))
         return (self.op("add", lane, (moved, 0)), 0), valid
 
     def _vote_word(self, start: int, lanes: Predicate, change: tuple, dst: str | None, offset: int = 0) -> None:
