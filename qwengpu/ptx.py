@@ -226,9 +226,11 @@ def _check_version(v: str, line: int, text: str) -> None:
 class _KernelParser:
     """Collects one kernel's body; checks registers, labels and symbols against its declarations."""
 
-    def __init__(self, kernel: Kernel, line: int, module_shared: dict[str, int] | None = None):
+    def __init__(self, kernel: Kernel, line: int, module_shared: dict[str, int] | None = None,
+                 module_data: dict[str, PTXError] | None = None):
         self.k, self.line = kernel, line
         self.module_shared = module_shared or {}
+        self.module_data = module_data or {}
         self.counts: dict[str, int | None] = {}     # register prefix -> count declared with <N>, None for a name
         self.labels: dict[str, int] = {}
         self.targets: list[tuple[str, Instruction]] = []
@@ -271,6 +273,9 @@ class _KernelParser:
             if symbol in self.k.shared or symbol in self.module_shared:
                 raise _err(line, f".shared {symbol} is declared twice", text)
             self.k.shared[symbol] = size
+        elif name == "local":
+            raise _err(line, ".local declarations are not supported: thread-local memory (an array indexed at run "
+                             "time, printf's arguments, a call's stack) has no place in the machine's words", text)
         elif name in _UNSUPPORTED_DECL:
             raise _err(line, f".{name} declarations are not supported", text)
         else:
@@ -329,6 +334,8 @@ class _KernelParser:
             return Imm(LANES)
         if s[0] in "!|" or "|" in s:
             raise _err(line, f"operand {s!r} is not supported", text)
+        if s in self.module_data:
+            raise _err(line, f"{s} is module-scope data ({self.module_data[s]})", text)
         if _SYMBOL.match(s):
             return Label(s)
         return Imm(_parse_int(s, line, text))
@@ -347,6 +354,8 @@ class _KernelParser:
             return Mem(self.reg(m.group(1), line, text), off)
         if self._shared_symbol(m.group(1)):
             return Mem(m.group(1), off)
+        if m.group(1) in self.module_data:
+            raise _err(line, f"{m.group(1)} is module-scope data ({self.module_data[m.group(1)]})", text)
         if m.group(1) not in {p.name for p in self.k.params}:
             raise _err(line, f"unknown symbol {m.group(1)} (only parameters and .shared arrays can be addressed)",
                        text)
@@ -437,6 +446,7 @@ def parse(text: str, strict: bool = True) -> Module:
     kernels: dict[str, Kernel] = {}
     shared: dict[str, int] = {}
     refused: dict[str, PTXError] = {}
+    data_symbols: dict[str, PTXError] = {}      # parse(strict=False): module data skipped, and why
     kp: _KernelParser | None = None
     skipping = 0            # depth inside a device function's body: skipped (a call to it is refused when lowered)
     broken = None           # (kernel, error) of a refused kernel whose body is being skipped
@@ -465,11 +475,25 @@ def parse(text: str, strict: bool = True) -> Module:
                         raise _err(line, f".address_size {arg} is not supported (only 64)", stmt)
                     address_size = 64
                 continue        # .file: source names for debug info
+            data = re.match(r"\.(global|const)\s", stmt)
+            if data and term in ("{", ";") and "__nv_atomic_triv_cp_helper" not in stmt:
+                # __device__ / __constant__ variables, printf's format strings, assert's messages: module data the
+                # machine has no place for. A kernel that names it is refused (parse(strict=False) keeps the rest).
+                name = stmt.split("=", 1)[0].split()[-1].split("[", 1)[0]
+                error = _err(line, f"module-scope .{data.group(1)} data {name} is not supported (the machine keeps "
+                                   "no data outside a kernel's arguments and __shared__ arrays: __device__ and "
+                                   "__constant__ variables, printf's format strings and assert's messages are such "
+                                   "data)", stmt)
+                if strict:
+                    raise error
+                data_symbols[name] = error
+                skipping = 1 if term == "{" else 0          # an initializer's { ... }
+                continue
             if term == "{":
                 if version is None:
                     raise _err(line, "a kernel before the .version directive", stmt)
                 try:
-                    kp = _KernelParser(_parse_header(line, stmt), line, shared)
+                    kp = _KernelParser(_parse_header(line, stmt), line, shared, data_symbols)
                 except PTXError as e:
                     named = re.search(r"\.entry\s+(" + _IDENT + ")", stmt)
                     if strict or not named:

@@ -222,3 +222,20 @@ def test_device_functions_beside_a_kernel_are_skipped():
 def test_missing_version():
     with pytest.raises(PTXError, match="missing .version"):
         parse(".target sm_90\n.address_size 64\n")
+
+
+@needs_nvrtc
+def test_module_data_refuses_only_the_kernels_that_name_it():
+    """A __device__ variable and printf's format string are module data the machine has no place for: the lenient
+    parse (what Device.load_kernel uses) skips them and refuses the kernels that use them, naming why; a kernel of
+    the same source that uses none loads. The strict parse refuses the module at the declaration."""
+    source = ('__device__ int counter;\n'
+              'extern "C" __global__ void uses(int *y) { y[threadIdx.x] = counter; }\n'
+              'extern "C" __global__ void prints(int *y) { printf("%d", threadIdx.x); }\n'
+              'extern "C" __global__ void plain(int *y) { y[threadIdx.x] = 1; }\n')
+    module = parse(toolchain.ptx_for(source), strict=False)
+    assert sorted(module.kernels) == ["plain"] and sorted(module.refused) == ["prints", "uses"]
+    assert "counter is module-scope data" in str(module.refused["uses"])
+    assert "printf's arguments" in str(module.refused["prints"])
+    with pytest.raises(PTXError, match="module-scope .global data counter is not supported"):
+        parse(toolchain.ptx_for(source))

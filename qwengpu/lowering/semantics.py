@@ -91,7 +91,7 @@ def fold(inst: Instruction, values: list[int]) -> int | None:
     """The destination value of ``inst`` given its source values; None for what the folder does not know."""
     base, mods = inst.base, inst.modifiers
     typed = types(inst)
-    if not typed:
+    if not typed or not values:
         return None
     bits = 1 if typed[-1] == "pred" else bits_of(typed[-1])
     mask = (1 << bits) - 1
