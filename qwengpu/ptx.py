@@ -2,10 +2,10 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, .local/.const state, calls, global variables, float
-immediates. ``.shared`` arrays of a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by
-name and size in ``Kernel.shared``, dynamic ones (``extern __shared__ int s[];``) with size None (their bytes are a
-launch parameter); the lowering places them in the block's words. Device
+machine cannot have: vector operands, .const state, calls, global variables, float immediates. ``.shared`` arrays of
+a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by name and size in
+``Kernel.shared``, dynamic ones (``extern __shared__ int s[];``) with size None (their bytes are a launch parameter),
+and ``.local`` arrays (each thread's own) in ``Kernel.local``; the lowering places them in the block's words. Device
 functions (.func) beside a kernel are skipped: NVRTC emits libdevice helpers even where every use is inlined. Inline
 asm's nested ``{ }`` scopes are taken, each scope's registers renamed apart (``Kernel.registers`` holds them under
 kernel-wide names). ``parse(text, strict=False)`` keeps a kernel outside the subset out of ``Module.kernels`` and its
@@ -85,6 +85,7 @@ class Kernel:
     registers: dict[str, str] = field(default_factory=dict)  # "%r" -> "b32", "%p" -> "pred"
     shared: dict[str, int | None] = field(default_factory=dict)   # .shared arrays it uses: name -> bytes, in
     #                                                               order (None: extern, sized at launch)
+    local: dict[str, int] = field(default_factory=dict)     # .local arrays (each thread's own): name -> bytes
 
 
 @dataclass
@@ -120,15 +121,16 @@ _UNSUPPORTED_DECL = {"shared", "local", "const", "global", "extern", "func", "pa
                      "samplerref", "weak", "common", "callprototype", "alias"}
 
 
-_SHARED = re.compile(r"\.shared\s+(?:\.align\s+(\d+)\s+)?\.([usb](?:8|16|32|64))\s+(" + _IDENT + r")\s*"
+_SHARED = re.compile(r"\.(?:shared|local)\s+(?:\.align\s+(\d+)\s+)?\.([usb](?:8|16|32|64))\s+(" + _IDENT + r")\s*"
                      r"(?:\[\s*(\d*)\s*\])?")
 
 
 def _shared_declaration(line: int, text: str) -> tuple[str, int]:
-    """``.shared .align 4 .b8 name[32]`` (or a scalar ``.shared .u32 name``) -> (name, bytes)."""
+    """``.shared .align 4 .b8 name[32]`` (or a scalar ``.shared .u32 name``; ``.local`` alike) -> (name, bytes)."""
     m = _SHARED.fullmatch(text.strip())
     if not m:
-        raise _err(line, "this .shared declaration is not supported (a sized array or a scalar of integers)", text)
+        raise _err(line, f"this {text.split()[0]} declaration is not supported (a sized array or a scalar of "
+                         "integers)", text)
     if m.group(4) == "":
         raise _err(line, "a .shared array without a size (dynamic shared memory, extern __shared__) is not "
                          "supported: declare it with its size", text)
@@ -173,11 +175,18 @@ def _chunks(text: str):
     """Split comment-free PTX into (line, text, terminator) statements.
 
     A statement ends at ';', '{', '}', a label's ':', or (for the one-line directives) at its newline; the line is
-    where its first character stands. The terminator is None for text left at the end.
+    where its first character stands. The terminator is None for text left at the end. A '{' inside an instruction
+    (after its opcode) opens a vector operand, which its '}' closes.
     """
     buf: list[str] = []
     start, line = 0, 1
+    vector = False          # inside an instruction's vector operand ``{%r1, %r2}``: its braces end nothing
     for ch in text:
+        if vector or (ch == "{" and buf and "".join(buf).strip()[:1] not in ("", ".")):
+            vector = ch != "}"
+            buf.append(ch)
+            line += ch == "\n"
+            continue
         pending = "".join(buf).strip()
         if ch == "\n":
             if pending.startswith(_ONE_LINE):
@@ -273,9 +282,11 @@ class _KernelParser:
             if symbol in self.k.shared or symbol in self.module_shared:
                 raise _err(line, f".shared {symbol} is declared twice", text)
             self.k.shared[symbol] = size
-        elif name == "local":
-            raise _err(line, ".local declarations are not supported: thread-local memory (an array indexed at run "
-                             "time, printf's arguments, a call's stack) has no place in the machine's words", text)
+        elif name == "local":       # a thread's own array (a local array indexed at run time): per-thread words
+            symbol, size = _shared_declaration(line, text)
+            if symbol in self.k.local or self._shared_symbol(symbol):
+                raise _err(line, f".local {symbol} is declared twice", text)
+            self.k.local[symbol] = size
         elif name in _UNSUPPORTED_DECL:
             raise _err(line, f".{name} declarations are not supported", text)
         else:
@@ -352,7 +363,7 @@ class _KernelParser:
             off = -off if m.group(2) == "-" else off
         if m.group(1).startswith("%") or self.resolve(m.group(1)):
             return Mem(self.reg(m.group(1), line, text), off)
-        if self._shared_symbol(m.group(1)):
+        if self._shared_symbol(m.group(1)) or m.group(1) in self.k.local:
             return Mem(m.group(1), off)
         if m.group(1) in self.module_data:
             raise _err(line, f"{m.group(1)} is module-scope data ({self.module_data[m.group(1)]})", text)
@@ -383,15 +394,57 @@ class _KernelParser:
         opcode = parts[0]
         if not _OPCODE.match(opcode):
             raise _err(line, f"bad opcode {opcode!r}", text)
-        texts = parts[1].split(",") if len(parts) > 1 else []
+        texts = re.findall(r"\{[^}]*\}|[^,{]+", parts[1]) if len(parts) > 1 else []
+        texts = [t for t in texts if t.strip()]
         pair = None
         if texts and "|" in texts[0]:           # "d|p": a destination and a predicate destination
             first, second = texts[0].split("|", 1)
             texts[0], pair = first, self.reg(second.strip(), line, text)
+        if any(t.strip().startswith("{") for t in texts):
+            for opcode_, texts_ in self._vector_elements(opcode, texts, line, text):
+                self._append(Instruction(opcode_, tuple(self.operand(s, line, text) for s in texts_), guard,
+                                         negated, line, " ".join(text.split())))
+            return
         ops = tuple(self.operand(s, line, text) for s in texts)
-        ins = Instruction(opcode, ops, guard, negated, line, " ".join(text.split()), pair)
-        self.targets += [(o.name, ins) for o in ops if isinstance(o, Label) and not self._shared_symbol(o.name)]
+        self._append(Instruction(opcode, ops, guard, negated, line, " ".join(text.split()), pair))
+
+    def _append(self, ins: Instruction) -> None:
+        self.targets += [(o.name, ins) for o in ins.operands if isinstance(o, Label)
+                         and not self._shared_symbol(o.name) and o.name not in self.k.local]
         self.k.body.append(ins)
+
+    def _vector_elements(self, opcode: str, texts: list[str], line: int, text: str):
+        """A vector load or store (``ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1+16]``) as the scalar accesses it
+        is made of, element k at the address plus k times the element's bytes: (opcode, operand texts) each. A
+        load's destination that is also its address register is loaded last; ``_`` (no destination) is skipped."""
+        mods = opcode.split(".")
+        counts = [m for m in mods if re.fullmatch(r"v[248]", m)]
+        typed = [m for m in mods if _TYPE.match("." + m)]
+        if mods[0] not in ("ld", "st") or len(counts) != 1 or len(typed) != 1:
+            raise _err(line, "vector operands are supported on ld / st (.v2 / .v4) only", text)
+        scalar = ".".join(m for m in mods if m not in counts)
+        size = int(typed[0][1:]) // 8
+        vector_at = 0 if mods[0] == "ld" else 1
+        if len(texts) != 2 or not texts[vector_at].strip().startswith("{") \
+                or not texts[1 - vector_at].strip().startswith("["):
+            raise _err(line, "a vector access takes a { } list and one address", text)
+        elements = [e.strip() for e in texts[vector_at].strip()[1:-1].split(",")]
+        if len(elements) != int(counts[0][1:]):
+            raise _err(line, f"{counts[0]} takes {counts[0][1:]} elements, not {len(elements)}", text)
+        address = texts[1 - vector_at].strip()
+        base = re.fullmatch(r"\[\s*([^\]+\-]+?)\s*(?:([+-])\s*(\w+))?\s*\]", address)
+        if not base:
+            raise _err(line, f"bad memory operand {address}", text)
+        offset = _parse_int(base.group(3), line, text) * (-1 if base.group(2) == "-" else 1) if base.group(3) else 0
+        accesses = []
+        for k, element in enumerate(elements):
+            if element == "_":
+                continue
+            where = f"[{base.group(1)}+{offset + k * size}]"
+            accesses.append((scalar, [element, where] if mods[0] == "ld" else [where, element]))
+        # a destination that is the address register is written last, so the other elements use the old address
+        accesses.sort(key=lambda access: mods[0] == "ld" and access[1][0] == base.group(1))
+        return accesses
 
     def finish(self) -> Kernel:
         for name, ins in self.targets:

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qwengpu import Device
+from qwengpu import Device, MachineError
 
 import reference as ref
 
@@ -422,3 +422,45 @@ def test_bits_ffs_and_sad():
     want = [(abs(a - b) + 7) & 0xFFFFFFFF for a, b in zip(EDGE, y)] + \
         [(abs(_signed(a) - _signed(b)) + 7) & 0xFFFFFFFF for a, b in zip(EDGE, y)]
     assert _bits_launch("sad", EDGE, y, out_words=32) == want
+
+
+
+# ------------------------------------------------------------------------------------------------ local memory
+# qwengpu/kernels/local.cu: an array a thread indexes at run time (.local: each thread's own words) and int4
+# vector accesses (split into word accesses by the parser), against numpy.
+
+@pytest.mark.parametrize("threads, n", [(4, 3), (8, 5), (6, 0), (5, 8)])
+def test_a_thread_local_array_indexed_at_run_time(threads, n):
+    rng = np.random.default_rng(threads * 10 + n)
+    x = rng.integers(-1000, 1000, 16)
+    dev = Device()
+    dev.write(32, x)
+    dev.launch(kernel(dev, "local.cu", "local_lookup"), threads=threads, args=[0, 32, n])
+    want = []
+    for t in range(threads):
+        table = x[:5] * (t + 1)
+        for i in range(n):
+            table[x[t + i] & 3] += i + 1
+        want.append(table[x[t + 1] & 3] - table[4])
+    np.testing.assert_array_equal(dev.read(0, threads), want)
+
+
+def test_a_thread_local_array_that_memory_cannot_hold_is_refused():
+    """Five words a thread: 28 threads need 140 words; the refusal names the .local arrays and the limit."""
+    dev = Device()
+    with pytest.raises(MachineError, match=r"needs 140 words of \.local arrays \(__local_depot0 5 words a thread\)"):
+        dev.launch(kernel(dev, "local.cu", "local_lookup"), threads=28, args=[0, 32, 1])
+
+
+@pytest.mark.parametrize("threads", [1, 4, 6])
+def test_int4_copies_are_word_accesses(threads):
+    rng = np.random.default_rng(threads)
+    x = rng.integers(-(1 << 31), 1 << 31, 4 * threads).reshape(threads, 4)
+    dev = Device()
+    dev.write(64, x.ravel())
+    dev.write(0, np.full(4 * threads, 7))
+    dev.launch(kernel(dev, "local.cu", "copy4"), threads=threads, args=[0, 64])
+    want = x.copy()
+    want[:, 1] += x[:, 0]
+    want[:, 3] -= 1
+    np.testing.assert_array_equal(dev.read(0, 4 * threads), want.astype(np.int64).astype(np.uint32).view(np.int32).ravel())

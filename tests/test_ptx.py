@@ -183,13 +183,14 @@ def _body(lines: str) -> str:
 @pytest.mark.parametrize("text, line, words", [
     (HEADER.replace("9.0", "6.0"), 1, "6.0"),
     (HEADER.replace("9.0", "9.9"), 1, "9.9"),
-    (_body("\tld.global.v2.u32 {%r1, %r2}, [%rd1];"), 10, "vector"),
-    (_body("\tst.global.v2.u32 [%rd1], {%r1, %r2};"), 10, "vector"),
+    (_body("\tmov.b64 %rd1, {%r1, %r2};"), 10, "vector operands are supported on ld / st"),
+    (_body("\tld.global.v2.u32 {%r1, %r2, %r3}, [%rd1];"), 10, "v2 takes 2 elements, not 3"),
     (_body("\t.reg .v2 .b32 %v<2>;"), 10, "vector"),
     (_body("\t.frobnicate 3;"), 10, "unknown directive .frobnicate"),
     (_body("\t.shared .align 4 .b8 buf[];"), 10, "without a size"),
     (_body("\t.shared .align 4 .b8 buf[16];\n\t.shared .align 4 .b8 buf[8];"), 11, "buf is declared twice"),
-    (_body("\t.local .align 4 .b8 stack[16];"), 10, ".local"),
+    (_body("\t.const .align 4 .b8 table[16];"), 10, ".const"),
+    (_body("\t.local .align 4 .b8 stack[16];\n\t.local .align 4 .b8 stack[4];"), 11, "stack is declared twice"),
     (_body("\tmov.u32 %r1, %r9;"), 10, "%r9 is outside %r<4>"),
     (_body("\tmov.u32 %r1, %q1;"), 10, "%q1 is not declared"),
     (_body("\tmov.f32 %r1, 0f3F800000;"), 10, "float immediate"),
@@ -236,6 +237,20 @@ def test_module_data_refuses_only_the_kernels_that_name_it():
     module = parse(toolchain.ptx_for(source), strict=False)
     assert sorted(module.kernels) == ["plain"] and sorted(module.refused) == ["prints", "uses"]
     assert "counter is module-scope data" in str(module.refused["uses"])
-    assert "printf's arguments" in str(module.refused["prints"])
+    assert "$str is module-scope data" in str(module.refused["prints"])     # printf's format string
     with pytest.raises(PTXError, match="module-scope .global data counter is not supported"):
         parse(toolchain.ptx_for(source))
+
+
+def test_vector_accesses_are_split_into_word_accesses():
+    """ld / st .v2 / .v4 become the scalar accesses they are made of, element k at the address plus k times its
+    bytes; ``_`` (no destination) is skipped; a destination that is the address register is loaded last."""
+    body = parse(_body("\tld.global.v4.u32 {%r1, %r2, _, %r3}, [%rd1+8];\n"
+                       "\tst.shared.v2.u16 [%rd2], {%r1, %r2};\n"
+                       "\tld.global.v2.u64 {%rd1, %rd2}, [%rd1];")).kernels["k"].body
+    got = [(i.opcode, i.operands) for i in body if isinstance(i, Instruction) and i.base != "ret"]
+    assert got == [
+        ("ld.global.u32", (Reg("%r1"), Mem(Reg("%rd1"), 8))), ("ld.global.u32", (Reg("%r2"), Mem(Reg("%rd1"), 12))),
+        ("ld.global.u32", (Reg("%r3"), Mem(Reg("%rd1"), 20))),
+        ("st.shared.u16", (Mem(Reg("%rd2"), 0), Reg("%r1"))), ("st.shared.u16", (Mem(Reg("%rd2"), 2), Reg("%r2"))),
+        ("ld.global.u64", (Reg("%rd2"), Mem(Reg("%rd1"), 8))), ("ld.global.u64", (Reg("%rd1"), Mem(Reg("%rd1"), 0)))]

@@ -43,9 +43,9 @@ from .transfer import WARP_INSTRUCTIONS
 from .warp import EXCHANGE
 from ..ptx import Instruction, Mem, Reg
 from .pointers import address_registers
-from .values import MASK32, Const, Context
+from .values import MASK32, Affine, Const, Context
 
-__all__ = ["lower", "Program", "bind_arguments", "pointer_parameters", "shared_layout"]
+__all__ = ["lower", "Program", "bind_arguments", "pointer_parameters", "shared_layout", "local_layout"]
 
 
 def pointer_parameters(kernel) -> set[str]:
@@ -122,6 +122,23 @@ def shared_layout(kernel, dynamic: int = 0) -> tuple[int, dict[str, int]]:
     return words, symbols
 
 
+def local_layout(kernel, threads: int, shared_words: int, symbols: dict) -> int:
+    """Each thread's ``.local`` arrays (a local array indexed at run time), below the __shared__ arrays: thread t's
+    copy of the words starts ``t * words`` after the first thread's, so an array's address is an affine function of
+    the thread index (``symbols`` gets it as a ``values.Affine`` in bytes). Returns the words a thread takes."""
+    words = sum((size + 3) // 4 for size in kernel.local.values())
+    if shared_words + words * threads > isa.USABLE_WORDS:
+        listed = ", ".join(f"{name} {(size + 3) // 4}" for name, size in kernel.local.items())
+        raise MachineError(f"kernel {kernel.name} with {threads} threads needs {words * threads} words of .local "
+                           f"arrays ({listed} words a thread) beside {shared_words} of __shared__ arrays; memory "
+                           f"has {isa.USABLE_WORDS} words")
+    at = isa.SINK - shared_words - words * threads
+    for name, size in kernel.local.items():
+        symbols[name] = Affine(4 * words, 4 * at)
+        at += (size + 3) // 4
+    return words
+
+
 def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1, shared: int = 0) -> Program:
     """Lower a parsed PTX kernel for a launch with these argument values, this many threads per block, as block
     ``block`` of a grid of ``blocks``, with ``shared`` bytes of dynamic shared memory (``extern __shared__``).
@@ -129,6 +146,8 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     A block's __shared__ arrays and (with more than one warp) its barrier state take the top words of memory
     (``Program.reserved``; qwengpu.lowering.barriers)."""
     shared_words, symbols = shared_layout(kernel, shared)
+    local_words = local_layout(kernel, threads, shared_words, symbols)
+    shared_words += local_words * threads
     context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols)
     kernel = merge_latches(layout(kernel))
     cfg = basic_blocks(kernel)
@@ -138,9 +157,11 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     slots = state_slots(mops)
     words = shared_words + slots * threads
     if words > isa.USABLE_WORDS:
+        local = f", {local_words * threads} of .local arrays ({local_words} a thread)" if local_words else ""
         raise MachineError(f"kernel {kernel.name} with {threads} threads needs {words} words of block memory "
-                           f"({shared_words} of __shared__ arrays, {slots * threads} to keep {slots - 1} registers "
-                           f"and a resume word per thread across __syncthreads); memory has {isa.USABLE_WORDS} words")
+                           f"({shared_words - local_words * threads} of __shared__ arrays{local}, {slots * threads} "
+                           f"to keep {slots - 1} registers and a resume word per thread across __syncthreads); "
+                           f"memory has {isa.USABLE_WORDS} words")
     base = isa.SINK - words
     mops, _ = expand(mops, threads, base)
     program = allocate(kernel.name, fuse(mops), emitter.barrier)

@@ -52,6 +52,7 @@ class Context:
     blocks: int = 1             # blocks in the grid (%nctaid.x)
     block: int = 0              # this block's index (%ctaid.x): blocks run one after another, each lowered alone
     symbols: dict = field(default_factory=dict)     # .shared array -> its byte address in the block's words
+    #                                                 (.local: Affine, each thread's copy)
 
 
 # The special registers the machine has. The thread and block indices, sizes and the lane are known at launch or
@@ -133,6 +134,8 @@ def make_reader(state: dict, context: Context):
                                    "environment registers or clusters")
             return state.get(name, Const(0))   # registers start at 0 on the machine
         if isinstance(operand, Label) and operand.name in context.symbols:
-            return Const(context.symbols[operand.name])     # a .shared array's address (``mov.u64 %rd1, s``)
+            # a .shared array's address (``mov.u64 %rd1, s``), or a .local one's: each thread's own (Affine)
+            address = context.symbols[operand.name]
+            return address if isinstance(address, Affine) else Const(address)
         raise MachineError(f"unexpected operand {operand!r}")
     return read
