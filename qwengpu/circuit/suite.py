@@ -189,14 +189,30 @@ def idiom_streams(seed: int = 11, short: bool = False):
     return streams
 
 
+def warp_streams(seed: int = 12):
+    """qwengpu/kernels/warp.cu on two warps: the textbook warp sum (shuffles through the exchange words, offsets
+    computed in its loop) and the votes (ballot's atomic or, any, all)."""
+    rng = np.random.default_rng(seed)
+    streams = []
+    for name, args, count in (("warp_sum", lambda out, x: [out, x], 2), ("votes", lambda out, x: [out, x, 0], 24)):
+        dev = Device()
+        out, data = dev.alloc(24), dev.alloc(8)
+        dev.write(data, rng.integers(-2**20, 2**20, 8))
+        dev.launch(dev.load_kernel(KERNELS / "warp.cu", name), threads=8, args=args(out, data))
+        dev.read(out, count)
+        streams.append((f"warp {name}", dev.tokens))
+    return streams
+
+
 def kernel_streams(fuzz_seeds: int = 1, idioms: bool = True):
     """(name, token stream) for every part of the kernel suite the circuit computes, and random programs.
-    ``idioms``: with the ordinary-CUDA streams of idiom_streams (long: the division alone is 2,400 tokens)."""
+    ``idioms``: with the ordinary-CUDA streams of idiom_streams (long: the division alone is 2,400 tokens) and
+    warp_streams."""
     from .fuzz import random_stream
     from .ops import SUPPORTED_OPS
     return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), ("sgd", sgd_stream()),
             *mlp_streams(), *collective_streams(), *collective_streams(3, 3, ops=("avg",), seed=8, others=False),
-            *((("simt loop", simt_loop_stream()), *idiom_streams()) if idioms else ()),
+            *((("simt loop", simt_loop_stream()), *idiom_streams(), *warp_streams()) if idioms else ()),
             *((f"random program {seed}", random_stream(seed, SUPPORTED_OPS)) for seed in range(fuzz_seeds))]
 
 
