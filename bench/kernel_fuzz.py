@@ -21,8 +21,10 @@ thread's next phase, which is what the barriers mean on a GPU.
 programs' atomics phase use all ten atomics with their old values kept (the machine runs warps in turn and lanes in
 order, which is the reference's thread order). Both are off by default, so a seed's programs stay what they were.
 
-prints programs tried, run, refused (by reason) and mismatches; a mismatch prints its source and both results and
-the exit status is 1.
+prints programs tried, run, refused (by reason), mismatches and internal errors; a mismatch prints its source and
+both results, an internal error (any exception but a MachineError refusal or an NVRTC compile error, and the
+lowering's "internal: ..." MachineErrors: a bug) its source and the exception; either makes the exit status 1. The
+run goes on past both.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
@@ -294,12 +297,15 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
          narrow: bool = False, atomics: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
-    atomics are all ten kinds with their old values kept); returns counts (tried, ran, refused by reason) and the
-    mismatches. Without ``narrow`` and ``atomics`` a seed gives the same programs as before they existed."""
+    atomics are all ten kinds with their old values kept); returns counts (tried, ran, refused by reason), the
+    mismatches and the internal errors (case, the exception's text): a program whose lowering or run raises anything
+    but a refusal is counted and the run goes on with the next. Without ``narrow`` and ``atomics`` a seed gives the
+    same programs as before they existed."""
     from qwengpu.isa import MachineError
     from qwengpu.toolchain import CompileError
     rng = np.random.default_rng(seed)
-    report = {"tried": 0, "ran": 0, "refused": collections.Counter(), "mismatches": [], "compile_errors": 0}
+    report = {"tried": 0, "ran": 0, "refused": collections.Counter(), "mismatches": [], "compile_errors": 0,
+              "internal_errors": []}
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
@@ -312,8 +318,18 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
                 except CompileError:
                     report["compile_errors"] += 1
                     continue
-                except MachineError as e:
-                    report["refused"][classify(e)] += 1
+                except Exception as e:
+                    if isinstance(e, MachineError) and not str(e).startswith("internal"):
+                        report["refused"][classify(e)] += 1
+                        continue
+                    # A bug, not a refusal (an exception such as KeyError, or the lowering's own "internal: ..."
+                    # MachineError): counted with the program, and the run goes on.
+                    where = traceback.extract_tb(e.__traceback__)[-1]
+                    text = f"{type(e).__name__}: {e} (at {where.filename}:{where.lineno} in {where.name})"
+                    report["internal_errors"].append((case, text))
+                    if verbose:
+                        print(f"INTERNAL ERROR {text}\n{cuda_source(case.body, case.phases)}x={case.x} s0={case.s0} "
+                              f"s1={case.s1} out0={case.out} threads={case.threads}", flush=True)
                     continue
                 report["ran"] += 1
                 if got != want:
@@ -323,8 +339,8 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
                               f"out0={case.out}\n machine {got}\n C       {want}", flush=True)
             done += len(cases)
             if verbose:
-                print(f"... {report['tried']} tried, {report['ran']} ran, {len(report['mismatches'])} mismatches",
-                      flush=True)
+                print(f"... {report['tried']} tried, {report['ran']} ran, {len(report['mismatches'])} mismatches, "
+                      f"{len(report['internal_errors'])} internal errors", flush=True)
     return report
 
 
@@ -344,11 +360,11 @@ def main(argv=None) -> int:
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
                   atomics=args.atomics)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
-          f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])} "
-          f"({time.time() - start:.0f} s)")
+          f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "
+          f"internal errors {len(report['internal_errors'])} ({time.time() - start:.0f} s)")
     for reason, count in report["refused"].most_common():
         print(f"  refused {count:5d}: {reason}")
-    return 1 if report["mismatches"] else 0
+    return 1 if report["mismatches"] or report["internal_errors"] else 0
 
 
 if __name__ == "__main__":

@@ -349,3 +349,131 @@ def test_a_64_bit_shift_whose_result_is_masked_to_low_bits(seed):
     xs = x.astype("<i4").view(np.int8)
     want = [int(xs[(((169 ^ (-int(xb[t * 5])) & 0xFFFFFFFF) >> 3) & 31)]) for t in range(4)]
     np.testing.assert_array_equal(run(src, 4, [0, 16], {16: x.tolist()}, (0, 4)), want)
+
+
+# NVRTC's layout of a SIMT loop whose one arm ends in the loop's step (``j++``) and whose other arm repeats the step
+# itself: the step block is placed before the condition and the loop is entered by a jump to the condition. The
+# emitter sees an outer loop (step .. last block) entered in its middle and left only through its end, around an
+# inner loop (condition .. second arm) whose exit, the condition failing, leaves both. Trimmed from NVRTC's PTX of
+# the fuzzer's kernel (bench/kernel_fuzz.py, seed 777, case 1440) to fit the ROM (31 blocks): NVRTC's labels and
+# branches, less an if inside the first arm (NVRTC's second branch back to the step) and the arms' arithmetic.
+# As C: unsigned v = s0, w = x[t] >> 2, n = x[t] & 3;
+#       for (unsigned j = 0; j < n; j++) { if (w == v) v >>= 1; else w += v; }   out[t] = w + v;
+STEP_BEFORE_CONDITION_PTX = HEADER + """
+.visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1, .param .u32 k_param_2)
+{
+    .reg .pred %p<5>; .reg .b32 %r<35>; .reg .b64 %rd<18>;
+    ld.param.u64 %rd4, [k_param_0];
+    ld.param.u64 %rd5, [k_param_1];
+    ld.param.u32 %r30, [k_param_2];
+    cvta.to.global.u64 %rd1, %rd4;
+    cvta.to.global.u64 %rd2, %rd5;
+    mov.u32 %r15, %tid.x;
+    mul.wide.u32 %rd6, %r15, 4;
+    add.s64 %rd7, %rd2, %rd6;
+    ld.global.u32 %r1, [%rd7];
+    and.b32 %r21, %r1, 3;
+    shr.u32 %r31, %r1, 2;
+    mov.u32 %r32, 0;
+    bra.uni $L__BB0_1;
+$L__BB0_5:
+    add.s32 %r32, %r32, 1;
+$L__BB0_1:
+    setp.ge.u32 %p1, %r32, %r21;
+    @%p1 bra $L__BB0_7;
+    setp.eq.s32 %p4, %r31, %r30;
+    @%p4 bra $L__BB0_6;
+    bra.uni $L__BB0_3;
+$L__BB0_6:
+    shr.u32 %r30, %r30, 1;
+    add.s32 %r32, %r32, 1;
+    bra.uni $L__BB0_1;
+$L__BB0_3:
+    add.s32 %r31, %r31, %r30;
+    bra.uni $L__BB0_5;
+$L__BB0_7:
+    add.s64 %rd17, %rd1, %rd6;
+    add.s32 %r34, %r31, %r30;
+    st.global.u32 [%rd17], %r34;
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("s0,seed", [(5, 1), (12, 2), (0, 3), (1, 4), (40, 5)])
+def test_a_loop_whose_step_is_placed_before_its_condition(s0, seed):
+    """Found by the fuzzer (an internal ``KeyError`` in the emitter before the fix): the inner loop's exit, which
+    also leaves the outer loop, was looked up among the outer loop's exit masks, and a loop left only through its end
+    keeps none. Lanes take 0..3 trips and both arms (w == s0 at the start on the first four); two warps. The
+    reference is Python running the C loop above."""
+    rng = np.random.default_rng(seed)
+    x = [(s0 << 2) | n for n in range(4)] + [int(v) for v in rng.integers(0, 256, 4)]
+    want = []
+    for word in x:
+        v, w = s0, word >> 2
+        for _ in range(word & 3):
+            if w == v:
+                v >>= 1
+            else:
+                w += v
+        want.append(w + v)
+    np.testing.assert_array_equal(run(STEP_BEFORE_CONDITION_PTX, 8, [0, 16, s0], {16: x}, (0, 8)), want)
+
+
+@needs_nvrtc
+@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="the host C compiler gcc is not installed")
+def test_the_fuzzers_loop_with_its_step_before_its_condition_is_run_or_refused_by_a_limit():
+    """The fuzzer's kernel reduced (seed 777, case 1440: ``KeyError: 12`` from the lowering): NVRTC lays this loop out
+    as the PTX above. It needs more than the ROM's 32 blocks, so it is refused by that limit; were it to fit, it
+    must equal gcc's C, never raise an internal error."""
+    import tempfile
+    from qwengpu.isa import MachineError
+    from qccl_bench.kernel_fuzz import Case, c_reference, run_machine
+    body = ("const unsigned char *b = (const unsigned char *)x; "
+            "unsigned v = (unsigned)s0, t = (unsigned)x[tid], w = 0u; "
+            "for (unsigned j = 0u; j < ((unsigned)((int)((unsigned)x[v & 7u] << (v & 31u)) >> (b[t & 31u] & 31u)) "
+            "& 3u); j++) { if (v == 1u) break; if (w != v) w = v << ((v ? b[w & 31u] : 0u) & 31u); "
+            "else v = v / 8u; } out[tid] = (int)v;")
+    case = Case(body, 8, 1563415484, -1473837523,
+                [-9, 3, 267009802, -744289610, -216659867, 1359210019, -654133212, -773622247], [0] * 8)
+    with tempfile.TemporaryDirectory() as d:
+        (expect,) = c_reference([case], d)
+    try:
+        got = run_machine(case)
+    except MachineError as e:
+        assert "the ROM holds" in str(e) or "registers per lane" in str(e), e
+    else:
+        assert got == expect
+
+
+@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="the host C compiler gcc is not installed")
+def test_the_fuzzer_counts_an_internal_error_and_goes_on(monkeypatch, capsys):
+    """The crash above stopped a whole fuzzer run (bench/kernel_fuzz.py). Now an exception other than a refusal, and
+    the lowering's "internal: ..." MachineError, is counted with its program and printed, the run goes on, and the
+    exit status is 1; the seed still gives the same programs."""
+    import numpy as np
+    from qwengpu.isa import MachineError
+    from qccl_bench import kernel_fuzz
+    seen = []
+
+    def machine(case):
+        seen.append(case)
+        if len(seen) == 2:
+            raise KeyError(12)
+        if len(seen) == 3:
+            raise MachineError("internal: a bug")
+        raise MachineError("kernel k needs 40 blocks; the ROM holds 32")
+
+    monkeypatch.setattr(kernel_fuzz, "run_machine", machine)
+    report = kernel_fuzz.fuzz(4, seed=777, batch=4, verbose=True, shared=0.5, narrow=True, atomics=True)
+    assert report["tried"] == 4 and report["ran"] == 0
+    assert [case for case, _ in report["internal_errors"]] == seen[1:3]
+    assert report["internal_errors"][0][1].startswith("KeyError: 12")
+    assert report["refused"] == {"blocks; the ROM holds": 2}
+    rng = np.random.default_rng(777)
+    assert seen == [kernel_fuzz.make_case(rng, 0.5, True, True) for _ in range(4)]
+    out = capsys.readouterr().out
+    assert out.count("INTERNAL ERROR") == 2 and "__global__ void k" in out
+    seen.clear()
+    assert kernel_fuzz.main(["--programs", "3", "--seed", "777", "--shared", "0.5", "--narrow", "--atomics"]) == 1
+    assert "internal errors 2" in capsys.readouterr().out

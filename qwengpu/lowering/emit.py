@@ -440,6 +440,14 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
                     self.inst = block.terminator or (block.body[-1] if block.body else None)
                     self.emit(MOp("a", (None, 1), dst=mask), contribution)
                     self.invalidate(mask)
+                elif exits:
+                    # Leaving SIMT loops none of which keeps a mask for this target: only a loop left through its
+                    # end keeps none, and every lane that entered it comes here after it (after_loop). This edge's
+                    # predicate adds no lane, and read there it would read registers the loop has since rewritten.
+                    if not any(lp[1] + 1 == successor and lp[1] in self.after_loop for lp in exits):
+                        raise MachineError(f"internal: kernel {self.kernel.name}: block {block.index} leaves the SIMT "
+                                           f"loop at block {exits[-1][0]} for block {successor}, which has no exit "
+                                           "mask")
                 else:
                     incoming[successor] = incoming.get(successor, FALSE) | contribution
             while open_loops and open_loops[-1][1] == block.index:
@@ -514,7 +522,18 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             # An exit that also leaves an enclosing SIMT loop reuses that loop's mask (the lane left both).
             outer = [lp for lp in enclosing if target > lp[1]]
             if outer:
-                exits[target] = outer[-1][2][target]
+                _, outer_latch, outer_exits = outer[-1]
+                if target in outer_exits:
+                    exits[target] = outer_exits[target]
+                elif target == outer_latch + 1 and outer_latch in self.after_loop:
+                    # That loop is left only through its end, so it keeps no exit masks: every lane that entered
+                    # it comes to its end after it (after_loop). A lane leaving both loops here needs no mask
+                    # either: it drops out of this loop's predicates, then out of the enclosing loop's.
+                    pass
+                else:
+                    raise MachineError(f"internal: kernel {self.kernel.name}: the exit to block {target} of the SIMT "
+                                       f"loop at block {header} leaves the enclosing loop at block {outer[-1][0]}, "
+                                       "which keeps no mask for it")
                 continue
             exits[target] = f"%exit{header}_{target}"
             self.emit(MOp("a", (None, 0), dst=exits[target]), TRUE)
