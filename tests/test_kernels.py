@@ -464,3 +464,38 @@ def test_int4_copies_are_word_accesses(threads):
     want[:, 1] += x[:, 0]
     want[:, 3] -= 1
     np.testing.assert_array_equal(dev.read(0, 4 * threads), want.astype(np.int64).astype(np.uint32).view(np.int32).ravel())
+
+
+LOCAL_BY_SYMBOL = """.version 9.0
+.target sm_90
+.address_size 64
+.visible .entry k(
+\t.param .u64 k_param_0
+)
+{
+\t.local .align 4 .b8 depot[8];
+\t.reg .b32 %r<4>;
+\t.reg .b64 %rd<4>;
+\tmov.u32 %r1, %tid.x;
+\tmul.lo.s32 %r2, %r1, 3;
+\tst.local.u32 [depot+4], %r2;
+\tnanosleep.u32 %r1;
+\tld.local.u32 %r3, [depot+4];
+\tadd.s32 %r3, %r3, 1;
+\tld.param.u64 %rd1, [k_param_0];
+\tcvta.to.global.u64 %rd2, %rd1;
+\tmul.wide.u32 %rd3, %r1, 4;
+\tadd.s64 %rd2, %rd2, %rd3;
+\tst.global.u32 [%rd2], %r3;
+\tret;
+}
+"""
+
+
+def test_local_words_named_by_their_symbol_and_a_sleep():
+    """``[depot+4]`` (PTX as a person or clang writes it) is each thread's own word, across two warps; nanosleep
+    (a hint about time, which the machine has none of) changes nothing."""
+    dev = Device()
+    out = dev.alloc(8)
+    dev.launch(dev.load_kernel(LOCAL_BY_SYMBOL, "k"), threads=8, args=[out])
+    np.testing.assert_array_equal(dev.read(out, 8), np.arange(8) * 3 + 1)

@@ -330,7 +330,13 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         machine, the second item is a register holding its bit shift (byte * 8)."""
         inst = self.inst
         if isinstance(mem.base, str) and mem.base in self.context.symbols:
-            byte = self.context.symbols[mem.base] + mem.offset      # ``[s+4]``: a .shared array's word
+            symbol = self.context.symbols[mem.base]
+            if isinstance(symbol, Affine):                          # ``[depot+4]``: each thread's own .local word
+                if symbol.coef % 4 or (symbol.offset + mem.offset) % 4:
+                    raise MachineError(f"line {inst.line}: a .local access at byte {mem.offset} is not within a "
+                                       f"word: {inst.text}")
+                return self.value_operand(None, Affine(symbol.coef // 4, (symbol.offset + mem.offset) // 4)), 0
+            byte = symbol + mem.offset      # ``[s+4]``: a .shared array's word
             return (None, (byte // 4) & MASK32), byte % 4
         if isinstance(mem.base, str) or mem.base is None:
             raise unsupported(inst, "only addresses held in registers are global memory")
@@ -646,7 +652,8 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
     def instruction(self, inst: Instruction, pred: Predicate, state: dict, read) -> None:
         self.inst = inst
         base = inst.base
-        if base in ("membar", "fence", "bar", "barrier"):
+        if base in ("membar", "fence", "bar", "barrier", "nanosleep"):
+            # fences order nothing one warp at a time; a sleep is a hint about time, which the machine has none of
             if base in ("bar", "barrier"):
                 self._barrier(read)
             return
