@@ -394,8 +394,7 @@ class _KernelParser:
         opcode = parts[0]
         if not _OPCODE.match(opcode):
             raise _err(line, f"bad opcode {opcode!r}", text)
-        texts = re.findall(r"\{[^}]*\}|[^,{]+", parts[1]) if len(parts) > 1 else []
-        texts = [t for t in texts if t.strip()]
+        texts = re.split(r",(?![^{]*\})", parts[1]) if len(parts) > 1 else []     # commas outside { } lists
         pair = None
         if texts and "|" in texts[0]:           # "d|p": a destination and a predicate destination
             first, second = texts[0].split("|", 1)
