@@ -98,11 +98,12 @@ def test_warp_reductions_equal_numpy(threads):
 
 # ------------------------------------------------------------------------------------------------ against the ISA
 
-SHUFFLE_CASES = [(mode, b, width, clamp) for mode in MODES for b in (1, 2, 3, 6) for width, clamp in
-                 ((32, 31), (32, 0), (4, 31), (2, 31), (2, 0), (32, 1))]
+# Offsets inside and past the warp; the full width with its clamp at 31, 0 (up's) and 1, segments of 4 and 2.
+SHUFFLE_CASES = [(mode, b, width, clamp) for mode in MODES for b in (1, 2, 6) for width, clamp in
+                 ((32, 31), (32, 0), (4, 31), (2, 0), (32, 1))]
 
 
-@pytest.mark.parametrize("threads", [4, 8, 6])
+@pytest.mark.parametrize("threads", [8, 6])
 @pytest.mark.parametrize("mode, b, width, clamp", SHUFFLE_CASES)
 def test_shuffle_with_b_known_at_launch_follows_the_isa(mode, b, width, clamp, threads):
     """shfl.sync with b and c launch arguments: the source lane is tabulated when lowering (ptx_shfl's reading of
