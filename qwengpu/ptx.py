@@ -125,7 +125,7 @@ _SHARED = re.compile(r"\.(?:shared|local)\s+(?:\.align\s+(\d+)\s+)?\.([usb](?:8|
                      r"(?:\[\s*(\d*)\s*\])?")
 
 
-def _shared_declaration(line: int, text: str) -> tuple[str, int]:
+def _array_declaration(line: int, text: str) -> tuple[str, int]:
     """``.shared .align 4 .b8 name[32]`` (or a scalar ``.shared .u32 name``; ``.local`` alike) -> (name, bytes)."""
     m = _SHARED.fullmatch(text.strip())
     if not m:
@@ -278,12 +278,12 @@ class _KernelParser:
         elif name in _PERF or name == "loc":
             return
         elif name == "shared":
-            symbol, size = _shared_declaration(line, text)
+            symbol, size = _array_declaration(line, text)
             if symbol in self.k.shared or symbol in self.module_shared:
                 raise _err(line, f".shared {symbol} is declared twice", text)
             self.k.shared[symbol] = size
         elif name == "local":       # a thread's own array (a local array indexed at run time): per-thread words
-            symbol, size = _shared_declaration(line, text)
+            symbol, size = _array_declaration(line, text)
             if symbol in self.k.local or self._shared_symbol(symbol):
                 raise _err(line, f".local {symbol} is declared twice", text)
             self.k.local[symbol] = size
@@ -561,7 +561,7 @@ def parse(text: str, strict: bool = True) -> Module:
                 raise _err(line, f"unexpected '{term}'", term)
             word = stmt.split(None, 1)[0]
             if word == ".shared" and term == ";":
-                symbol, size = _shared_declaration(line, stmt)
+                symbol, size = _array_declaration(line, stmt)
                 if symbol in shared:
                     raise _err(line, f".shared {symbol} is declared twice", stmt)
                 shared[symbol] = size

@@ -5,11 +5,15 @@ expression, never from the lowering.
 """
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
 from qwengpu import Device
 from qwengpu.toolchain import nvrtc_available
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="the host C compiler gcc is not installed")
 
 HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
 needs_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (nvidia-cuda-nvrtc wheel) is not installed")
@@ -140,7 +144,7 @@ def test_narrow_immediates_are_their_low_bits():
 
 
 @needs_nvrtc
-@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="the host C compiler gcc is not installed")
+@needs_gcc
 def test_a_join_block_placed_after_the_return_is_reached():
     """Found by the fuzzer: NVRTC put one side of an if after ``ret`` and jumped back (``bra.uni`` to an earlier
     block, not a loop); the lanes entering there were masked off before they reached the store."""
@@ -421,7 +425,7 @@ def test_a_loop_whose_step_is_placed_before_its_condition(s0, seed):
 
 
 @needs_nvrtc
-@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="the host C compiler gcc is not installed")
+@needs_gcc
 def test_the_fuzzers_loop_with_its_step_before_its_condition_is_run_or_refused_by_a_limit():
     """The fuzzer's kernel reduced (seed 777, case 1440: ``KeyError: 12`` from the lowering): NVRTC lays this loop out
     as the PTX above. It needs more than the ROM's 32 blocks, so it is refused by that limit; were it to fit, it
@@ -446,7 +450,7 @@ def test_the_fuzzers_loop_with_its_step_before_its_condition_is_run_or_refused_b
         assert got == expect
 
 
-@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="the host C compiler gcc is not installed")
+@needs_gcc
 def test_the_fuzzer_counts_an_internal_error_and_goes_on(monkeypatch, capsys):
     """The crash above stopped a whole fuzzer run (bench/kernel_fuzz.py). Now an exception other than a refusal, and
     the lowering's "internal: ..." MachineError, is counted with its program and printed, the run goes on, and the

@@ -450,7 +450,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
                     # Leaving SIMT loops none of which keeps a mask for this target: only a loop left through its
                     # end keeps none, and every lane that entered it comes here after it (after_loop). This edge's
                     # predicate adds no lane, and read there it would read registers the loop has since rewritten.
-                    if not any(lp[1] + 1 == successor and lp[1] in self.after_loop for lp in exits):
+                    if not any(self._left_through_end(lp[1], successor) for lp in exits):
                         raise MachineError(f"internal: kernel {self.kernel.name}: block {block.index} leaves the SIMT "
                                            f"loop at block {exits[-1][0]} for block {successor}, which has no exit "
                                            "mask")
@@ -531,7 +531,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
                 _, outer_latch, outer_exits = outer[-1]
                 if target in outer_exits:
                     exits[target] = outer_exits[target]
-                elif target == outer_latch + 1 and outer_latch in self.after_loop:
+                elif self._left_through_end(outer_latch, target):
                     # That loop is left only through its end, so it keeps no exit masks: every lane that entered
                     # it comes to its end after it (after_loop). A lane leaving both loops here needs no mask
                     # either: it drops out of this loop's predicates, then out of the enclosing loop's.
@@ -552,6 +552,11 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         self.invalidate(mask)
         open_loops.append((header, latch, exits))
         return Predicate.atom(mask)
+
+    def _left_through_end(self, latch: int, target: int) -> bool:
+        """Whether ``target`` is the end of an open SIMT loop left only through its end (it keeps no exit masks:
+        every lane that entered it arrives there after it)."""
+        return target == latch + 1 and latch in self.after_loop
 
     def _materialize(self, pred: Predicate, dst: str, **kw) -> None:
         """dst = 1 on the lanes where pred holds, 0 elsewhere (every lane writes)."""

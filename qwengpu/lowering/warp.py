@@ -60,24 +60,25 @@ class WarpOps:
     ``src``, ``op``, ``emit``, ``temp`` and ``context``."""
 
     # -- values that depend only on the thread index ---------------------------------------------------------------
-    def thread_table(self, table: list[int]) -> tuple:
-        """A machine operand holding ``table[tid]`` on every thread of the launch (computed under every lane)."""
+    def thread_table(self, table: list[int], lane: tuple | None = None) -> tuple:
+        """A machine operand holding ``table[tid]`` on every thread of the launch (computed under every lane);
+        ``lane``: an operand already holding tid % 4 in this instruction, else one is computed if needed."""
         table = [v & MASK32 for v in table]
         if len(set(table)) == 1:
             return (None, table[0])
         found = self._one_op(("tid", 0), list(range(len(table))), table)
         if found is not None:
             return found
-        lane = self._emit_true("and", ("tid", 0), (None, LANES - 1))
+        lane = lane or self._lane()
         warp0 = table[:LANES]
         if all(table[t] == warp0[t % LANES] for t in range(len(table))):
-            return self._lane_function((lane, 0), warp0)
+            return self._lane_function(lane, warp0)
         # The last warp is partial and differs (a source lane it does not have): its own function of the lane,
         # taken where tid is in it.
         first = len(table) - len(table) % LANES
         last = table[first:] + warp0[len(table) - first:]
-        full = self._lane_function((lane, 0), warp0)
-        other = self._lane_function((lane, 0), last)
+        full = self._lane_function(lane, warp0)
+        other = self._lane_function(lane, last)
         in_last = self._emit_true("ge_u", ("tid", 0), (None, first))
         moved = self._emit_true("mul", (self._emit_true("sub", other, full), 0), (in_last, 0))
         return (moved, full[1]) if full[0] is None else (self._emit_true("add", full, (moved, 0)), 0)
@@ -117,6 +118,12 @@ class WarpOps:
                             return (result, k3)
         return None
 
+    def _lane(self) -> tuple:
+        """An operand holding the lane, tid % 4 (tid itself when the block is one warp)."""
+        if self.context.threads <= LANES:
+            return ("tid", 0)
+        return (self._emit_true("and", ("tid", 0), (None, LANES - 1)), 0)
+
     def _emit_true(self, name: str, a: tuple, b: tuple) -> str:
         """dst = name(a, b) on every lane (a value of the thread index, valid whatever the predicate)."""
         dst = self.temp()
@@ -146,7 +153,7 @@ class WarpOps:
         if not isinstance(c, Const):
             raise unsupported(inst, "a shuffle's c operand (its width) must be known at launch")
         threads, word = self.context.threads, self._exchange()
-        lane = (self._emit_true("and", ("tid", 0), (None, LANES - 1)), 0) if threads > LANES else ("tid", 0)
+        lane = self._lane()
         value = self.src(read, 0)
         self.emit(MOp("a", value, store=(lane[0], word)), TRUE)      # every lane offers its value
         if isinstance(b, Const):
@@ -155,8 +162,8 @@ class WarpOps:
                 j, p = shuffle_source(mode, t % LANES, b.value, c.value)
                 valid = p and 0 <= j < LANES and t - t % LANES + j < threads
                 rows.append((j if valid else t % LANES, int(valid)))
-            source = self.thread_table([j for j, _ in rows])
-            in_range = (lambda: self.thread_table([p for _, p in rows]))
+            source = self.thread_table([j for j, _ in rows], lane)
+            in_range = (lambda: self.thread_table([p for _, p in rows], lane))
         else:
             source, valid = self._dynamic_source(mode, lane, self.src(read, 1), c.value)
             in_range = (lambda: (valid, 0))
@@ -176,7 +183,7 @@ class WarpOps:
         bval = self.op("and", b, (None, 31))
         if mode == "idx":
             high = self.op("and", (bval, 0), (None, ~segmask & 31))
-            j = self.op("or", (high, 0), self.thread_table([l & segmask for l in lanes]))
+            j = self.op("or", (high, 0), self.thread_table([l & segmask for l in lanes], lane))
         else:
             j = self.op({"up": "sub", "down": "add", "bfly": "xor"}[mode], lane, (bval, 0))
         valid = self.op("lt_u", (j, 0), (None, LANES))        # a lane of the warp (j < 0 wraps to a large word)
@@ -188,7 +195,7 @@ class WarpOps:
             valid = self.op("and", (valid, 0), (self.op("lt_u", (reached, 0), (None, threads)), 0))
         inside = min(bounds) >= LANES - 1 if mode != "up" else max(bounds) <= 0
         if not inside:
-            in_segment = self.op("ge_s" if mode == "up" else "le_s", (j, 0), self.thread_table(bounds))
+            in_segment = self.op("ge_s" if mode == "up" else "le_s", (j, 0), self.thread_table(bounds, lane))
             valid = self.op("and", (in_segment, 0), (valid, 0))
         if mode in ("up", "down"):
             moved = self.op("mul", (bval, 0), (valid, 0))
