@@ -95,6 +95,23 @@ class Kernel:
             self._programs = Specializer(self.ptx, PROGRAM_CACHE)
         return self._programs.program(args, threads, block=block, blocks=blocks, shared=shared)
 
+    def arguments(self, args: Sequence) -> tuple[int, ...]:
+        """Launch arguments as the words the lowering binds: integers as they are; for a ``float`` parameter
+        (``.param .f32``) a Python or numpy number, converted to float32 (round to nearest, as C++ converts a
+        double argument) and passed as its bits::
+
+            dev.launch(dev.load_kernel(src, "clamp"), threads=8, args=[y, x, -1.0, 1.0])
+        """
+        params = self.ptx.params if self.ptx is not None else []
+        words = []
+        for i, value in enumerate(args):
+            param = params[i] if i < len(params) else None
+            if param is not None and param.type == "f32":
+                words.append(_float32_bits(value, f"kernel {self.name} argument {param.name} (float)"))
+            else:
+                words.append(_integer(value, "kernel argument"))
+        return tuple(words)
+
     @property
     def cached_programs(self) -> int:
         """How many lowered program shapes this kernel keeps now (at most PROGRAM_CACHE)."""
@@ -268,13 +285,13 @@ class Device:
         blocks = _integer(blocks, "blocks")
         if not 1 <= blocks <= MAX_BLOCKS:
             raise MachineError(f"blocks={blocks}: a grid has 1..{MAX_BLOCKS} blocks")
-        args = tuple(_integer(a, "kernel argument") for a in args)
+        words = kernel.arguments(args)         # checked here; start() converts the same args again per block
         threads = _integer(threads, "threads")
         if not 1 <= threads <= MAX_THREADS:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
         shared = _integer(shared, "shared (bytes of dynamic shared memory)")
         for block in range(blocks):
-            kernel.program(args, threads, block, blocks, shared)
+            kernel.program(words, threads, block, blocks, shared)
         # A failure in a later block puts back what the earlier blocks did too: the grid is one launch.
         before = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
                   list(self.launch_records))
@@ -321,7 +338,7 @@ class Device:
         threads = _integer(threads, "threads")
         if not 1 <= threads <= MAX_THREADS:
             raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
-        args = tuple(_integer(a, "kernel argument") for a in args)
+        args = kernel.arguments(args)
         shared = _integer(shared, "shared (bytes of dynamic shared memory)")
         program = kernel.program(args, threads, block, blocks, shared)
         self._check_supported(kernel, program)
@@ -525,8 +542,29 @@ def _integer(value, what: str) -> int:
     return int(value)
 
 
+def _float32_bits(value, what: str) -> int:
+    """A number as the bits of the float32 nearest it; one too large for a float32 is refused (not made infinite)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise MachineError(f"{what} must be a number, got {value!r}")
+    try:
+        with np.errstate(over="ignore"):
+            single = np.float32(value)
+        too_large = np.isinf(single) and not np.isinf(float(value))
+    except OverflowError:                   # an int beyond even float64
+        too_large = True
+    if too_large:
+        raise MachineError(f"{what}: {value!r} is outside float32's range (its largest finite value is "
+                           f"{float(np.finfo(np.float32).max)!r})")
+    return int(single.view(np.uint32))
+
+
 def _words(words) -> np.ndarray:
     data = np.asarray(words)
+    if data.dtype == np.float32:
+        data = data.view(np.uint32)     # a float32 is a word: its bits are copied, never converted
+    elif data.dtype.kind == "f":
+        raise MachineError(f"device words are 32-bit: a {data.dtype} array is not written (pass float32, "
+                           "np.asarray(x, dtype=np.float32), whose bits are the words)")
     if data.ndim != 1 or data.dtype.kind not in "iu":
         raise MachineError(f"device words are a 1-d integer array, got shape {data.shape} dtype {data.dtype}")
     if data.dtype.itemsize > 4 and len(data) and (data.min() < -(1 << 31) or data.max() >= (1 << 32)):

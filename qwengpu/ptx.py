@@ -105,10 +105,11 @@ SPECIAL_REGISTER = re.compile(r"%(?:n?tid|n?ctaid|nclusterid|clusterid)\.[xyz]$|
 _IDENT = r"[A-Za-z_$][\w$]*"
 _REG = re.compile(r"%" + _IDENT + r"(?:\.[xyz])?$")
 _SYMBOL = re.compile(_IDENT + "$")
-_OPCODE = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z0-9_]+)*$")
+_OPCODE = re.compile(r"[a-z][a-z0-9_]*(?:\.(?:[a-z0-9_]+|NaN))*$")    # min.NaN.f32: PTX's one capital
 _INT = re.compile(r"(-)?\s*(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]+|[1-9][0-9]*|0)U?$")
 _FLOAT = re.compile(r"-?(0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]*\.[0-9]*(?:[eE][-+]?[0-9]+)?|"
                     r"[0-9]+[eE][-+]?[0-9]+)$")
+_FLOAT32 = re.compile(r"0[fF]([0-9a-fA-F]{8})$")
 _TYPE = re.compile(r"\.([usbf](?:8|16|32|64))$")
 
 # Directives that come without ';' and end at the end of their line.
@@ -211,7 +212,9 @@ def _chunks(text: str):
 def _parse_int(s: str, line: int, text: str) -> int:
     s = s.strip()
     if _FLOAT.match(s):
-        raise _err(line, f"float immediate {s} is not supported (the machine has no floating point)", text)
+        kind = "a float64" if s.lstrip("-")[:2] in ("0d", "0D") else "a decimal float"
+        raise _err(line, f"float immediate {s} is not supported ({kind} literal: the machine's words are 32 bits, "
+                         "and of floats only float32 literals written 0fXXXXXXXX are read)", text)
     m = _INT.match(s)
     if not m:
         raise _err(line, f"bad integer {s!r}", text)
@@ -349,6 +352,9 @@ class _KernelParser:
             raise _err(line, f"{s} is module-scope data ({self.module_data[s]})", text)
         if _SYMBOL.match(s):
             return Label(s)
+        single = _FLOAT32.match(s)
+        if single:      # a float32 literal is its bits (the lowering's floats stage reads them as a float)
+            return Imm(int(single.group(1), 16))
         return Imm(_parse_int(s, line, text))
 
     def _mem(self, inner: str, line: int, text: str) -> Mem:

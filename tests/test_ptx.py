@@ -193,7 +193,9 @@ def _body(lines: str) -> str:
     (_body("\t.local .align 4 .b8 stack[16];\n\t.local .align 4 .b8 stack[4];"), 11, "stack is declared twice"),
     (_body("\tmov.u32 %r1, %r9;"), 10, "%r9 is outside %r<4>"),
     (_body("\tmov.u32 %r1, %q1;"), 10, "%q1 is not declared"),
-    (_body("\tmov.f32 %r1, 0f3F800000;"), 10, "float immediate"),
+    (_body("\tmov.b32 %r1, 0d3FF0000000000000;"), 10, "float immediate 0d3FF0000000000000 is not supported (a "
+                                                       "float64 literal"),
+    (_body("\tmov.b32 %r1, 1.5;"), 10, "a decimal float literal"),
     (_body("\tbra.uni $L__nowhere;"), 10, "$L__nowhere is not defined"),
     (_body("\tmov.u32 %r1, 1\n\tmov.u32 %r2, 2;"), 10, "bad integer"),
     (_body("\tld.global.u32 %r1, [other_param_0];"), 10, "unknown symbol other_param_0"),

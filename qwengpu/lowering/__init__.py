@@ -2,6 +2,8 @@
 
 The stages, one module each, run in this order:
 
+0. ``floats.as_integers``        float32 moves, compares, min / max and sign changes as integer PTX (float
+                                 arithmetic is refused by name there).
 1. ``cfg.layout``                blocks in an order the emitter walks: each loop's blocks together, every other
                                  branch forward (nvcc's bodies that place a shared exit before a loop, or interleave
                                  loops, are reordered; bodies already in order are kept as they are);
@@ -35,6 +37,7 @@ from ..isa import MachineError
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
+from .floats import as_integers
 from .fuse import fuse
 from .mop import Program
 from .propagate import propagate
@@ -79,6 +82,11 @@ def bind_arguments(kernel, args: list[int]) -> dict:
                 raise MachineError(f"kernel {kernel.name} argument {param.name}: pointer {value} is not a device "
                                    f"word address 0..{isa.SINK}")
             params[param.name] = Const(value * 4)       # PTX addresses are bytes; the machine's are words
+        elif param.type == "f32":         # a float's bits (Device.launch converts a Python float to them)
+            if not 0 <= value <= MASK32:
+                raise MachineError(f"kernel {kernel.name} argument {param.name}: {value} is not the bits of a "
+                                   "float32 (0..0xffffffff)")
+            params[param.name] = Const(value)
         elif param.type[1:] in ("32", "16", "8"):
             bits = int(param.type[1:])
             if not -(1 << (bits - 1)) <= value < (1 << bits):
@@ -86,7 +94,7 @@ def bind_arguments(kernel, args: list[int]) -> dict:
             params[param.name] = Const(value & ((1 << bits) - 1) & MASK32)
         else:
             raise MachineError(f"kernel {kernel.name} parameter {param.name}: type .{param.type} is not supported "
-                               "(integers of 8 to 32 bits and pointers)")
+                               "(integers of 8 to 32 bits, float32 and pointers)")
     return params
 
 
@@ -145,6 +153,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
 
     A block's __shared__ arrays and (with more than one warp) its barrier state take the top words of memory
     (``Program.reserved``; qwengpu.lowering.barriers)."""
+    kernel = as_integers(kernel)
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
     shared_words += local_words * threads

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..isa import MachineError
 from ..ptx import Instruction, Mem
+from .floats import is_float_type
 from .semantics import bits_of, fold, types
 from .values import (DYNAMIC, MASK32, MASK64, Affine, Const, Context, destination, join, make_reader,
                      signed, signed_value, unsupported, width)
@@ -38,8 +39,9 @@ def sources(inst: Instruction) -> list:
 
 
 def check_integer(inst: Instruction) -> None:
-    """Floating point is refused by name: the machine's ALU has integer ops only."""
-    if any(m[:1] == "f" and m[1:].isdigit() for m in inst.modifiers) or FLOAT_MODIFIERS & set(inst.modifiers):
+    """Floating point is refused by name: the machine's ALU has integer ops only (the float32 instructions that are
+    integer work were rewritten before: lowering.floats)."""
+    if any(is_float_type(m) for m in inst.modifiers) or FLOAT_MODIFIERS & set(inst.modifiers):
         raise MachineError(f"unsupported PTX instruction at line {inst.line} (the machine has no floating point): "
                            f"{inst.text}")
 
@@ -114,6 +116,13 @@ def evaluate(inst: Instruction, read, context: Context):
         return None
     if base == "selp" and isinstance(values[2], Const):
         return values[0] if values[2].value else values[1]
+    if base in ("and", "or") and len(values) == 2:
+        # x & 0 is 0 and x | ~0 is ~0 whatever x is (a float min / max whose operand is a literal, never a NaN,
+        # asks whether both are NaNs: lowering.floats)
+        bits = width(inst)
+        absorbing = 0 if base == "and" else (1 << bits) - 1
+        if any(isinstance(v, Const) and v.value & ((1 << bits) - 1) == absorbing for v in values):
+            return Const(absorbing)
     if all(isinstance(v, Const) for v in values):
         result = fold(inst, [v.value for v in values])
         return DYNAMIC if result is None else Const(result)
