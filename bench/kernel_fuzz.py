@@ -19,7 +19,14 @@ thread's next phase, which is what the barriers mean on a GPU.
 
 ``--narrow`` adds leaves that read x's bytes and halfwords at computed indices; ``--atomics`` makes the block
 programs' atomics phase use all ten atomics with their old values kept (the machine runs warps in turn and lanes in
-order, which is the reference's thread order). Both are off by default, so a seed's programs stay what they were.
+order, which is the reference's thread order). ``--floats`` adds float32 expressions without arithmetic (the words
+read as floats, edge literals such as -0.0f, infinities, NaNs and subnormals, negation, fabsf, copysignf, fmaxf,
+fminf, ?:) compared (< <= > >= == !=, negated), classified (isnan, isinf, isfinite, signbit) or read back as
+words; the C side is gcc's IEEE float32 on x86-64 (SSE), with fmaxf / fminf written from PTX's definition (a NaN
+operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), which C leaves open. All three are off by
+default, so a seed's programs stay what they were.
+
+    python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
 
 prints programs tried, run, refused (by reason), mismatches and internal errors; a mismatch prints its source and
 both results, an internal error (any exception but a MachineError refusal or an NVRTC compile error, and the
@@ -58,8 +65,9 @@ class Case:
 class Generator:
     """Random kernel bodies over unsigned / int variables v0..v3."""
 
-    def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False):
+    def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False):
         self.rng = rng
+        self.floats = floats    # unsigned expressions may compare, classify or read back float32 expressions
         self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
         self.shared = False     # leaves may read any thread's shared word (after the first barrier)
         self.narrow = narrow    # leaves also read x's bytes and halfwords at computed indices
@@ -91,7 +99,9 @@ class Generator:
         if depth > 2 or self.rng.random() < 0.3:
             return self.leaf()
         a, b = self.expr(depth + 1), self.expr(depth + 1)
-        kind = int(self.rng.integers(16))
+        kind = int(self.rng.integers(19 if self.floats else 16))
+        if kind >= 16:
+            return self.float_use(depth + 1)
         if kind <= 5:
             op = self.pick(["+", "-", "*", "&", "|", "^"])
             return f"({a} {op} {b})"
@@ -118,6 +128,38 @@ class Generator:
             return self.pick([f"(~{a})", f"(-{a})", f"(unsigned)(!{a})"])
         return self.pick([f"min({a}, {b})", f"max({a}, {b})", f"(unsigned)min((int){a}, (int){b})",
                           f"(unsigned)max((int){a}, (int){b})", f"(unsigned)abs((int)({a} & 0x7fffffffu))"])
+
+    # fmaxf / fminf of two NaNs is the canonical NaN on a GPU, but NVRTC's compiler may fold it to one of them
+    # (fminf(a, a) becomes a; two NaN constants fold to a NaN of its choosing), so the generator never gives a
+    # min / max two NaN operands: one of them is always NaN-free (tests/test_floats.py checks two NaNs directly).
+    # The NaN literals are not constants NVRTC could see: x[0] is in -20..19, so (x[0] + 20) >> 8 is 0 at run time.
+    FLOAT_LITERALS = ("0.0f", "(-0.0f)", "1.5f", "(-2.5f)", "1e-40f", "(-3.0e38f)", "__uint_as_float(0x7f800000u)",
+                      "__uint_as_float(0xff800000u)")
+    NAN_LITERALS = ("__uint_as_float(0x7fc00000u | (((unsigned)x[0] + 20u) >> 8))",
+                    "__uint_as_float(0xffc00001u | (((unsigned)x[0] + 20u) >> 8))")
+
+    def float_expr(self, depth: int, nan_free: bool = False) -> str:
+        """A float32 expression: words read as floats, edge literals, and the float operations that do not round;
+        ``nan_free``: one that is never a NaN (a word read as a float has its exponent's low bit cleared)."""
+        if depth > 3 or self.rng.random() < 0.4:
+            if nan_free:
+                word = self.pick([self.leaf(), "(unsigned)x[tid]", self.expr(3)])
+                return self.pick([f"__uint_as_float(({word}) & 0xff7fffffu)", self.pick(self.FLOAT_LITERALS)])
+            return self.pick([f"__uint_as_float({self.leaf()})", self.pick(self.FLOAT_LITERALS + self.NAN_LITERALS),
+                              "__uint_as_float((unsigned)x[tid])", f"__uint_as_float({self.expr(3)})"])
+        f, g = self.float_expr(depth + 1, nan_free), self.float_expr(depth + 1, nan_free)
+        h = self.float_expr(depth + 1, True)
+        pair = self.pick([(f, h), (h, f)])
+        return self.pick([f"(-{f})", f"fabsf({f})", f"copysignf({f}, {self.float_expr(depth + 1)})",
+                          f"fmaxf({pair[0]}, {pair[1]})", f"fminf({pair[0]}, {pair[1]})",
+                          f"(({self.expr(3)} & 1u) ? {f} : {g})"])
+
+    def float_use(self, depth: int) -> str:
+        """An unsigned expression of float32 values: a comparison, a class, or the bits."""
+        f, g = self.float_expr(depth), self.float_expr(depth)
+        cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
+        return self.pick([f"__float_as_uint({f})", f"(unsigned)({f} {cmp} {g})", f"(unsigned)!({f} {cmp} {g})",
+                          f"(unsigned)({self.pick(['isnan', 'isinf', 'isfinite', 'signbit'])}({f}) != 0)"])
 
     def statement(self, depth: int = 0) -> str:
         kind = int(self.rng.integers(13))
@@ -200,6 +242,23 @@ static int max_i(int a, int b) { return a > b ? a : b; }
 """
 
 
+# float32 in the C reference: gcc's IEEE single precision (x86-64 SSE); fmaxf / fminf from PTX's definition (C
+# leaves the zero signs and the NaN open), the bit casts through memcpy.
+C_FLOATS = """#include <math.h>
+#include <string.h>
+static float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static float ptx_max(float a, float b, int is_max) {
+  if (isnan(a) && isnan(b)) return __uint_as_float(0x7fffffffu);
+  if (isnan(a)) return b;
+  if (isnan(b)) return a;
+  if (a == 0.0f && b == 0.0f) return (signbit(a) != 0) == is_max ? b : a;      /* -0 below +0 */
+  return (is_max ? a > b : a < b) ? a : b; }
+#define fmaxf(a, b) ptx_max((a), (b), 1)
+#define fminf(a, b) ptx_max((a), (b), 0)
+"""
+
+
 C_ATOMICS = """static unsigned atomicAdd(unsigned *p, unsigned v) { unsigned o = *p; *p = o + v; return o; }
 static unsigned atomicMin(unsigned *p, unsigned v) { unsigned o = *p; *p = o < v ? o : v; return o; }
 static unsigned atomicMax(unsigned *p, unsigned v) { unsigned o = *p; *p = o > v ? o : v; return o; }
@@ -216,7 +275,7 @@ static unsigned atomicDec(unsigned *p, unsigned v) {
 
 def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     """Every case's out[] computed by the host C compiler, threads one after another."""
-    parts = [C_PRELUDE, C_ATOMICS]
+    parts = [C_PRELUDE, C_FLOATS, C_ATOMICS]
     keep = "V[tid][0] = v0; V[tid][1] = v1; V[tid][2] = v2; V[tid][3] = v3;"
     restore = "unsigned v0 = V[tid][0], v1 = V[tid][1], v2 = V[tid][2], v3 = V[tid][3];"
     for i, case in enumerate(cases):
@@ -259,8 +318,9 @@ def int_arg(v: int) -> str:
     return f"(int){v & 0xFFFFFFFF}u"
 
 
-def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics)
+def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
+              floats: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -294,10 +354,10 @@ def run_machine(case: Case):
 
 
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
-         narrow: bool = False, atomics: bool = False) -> dict:
+         narrow: bool = False, atomics: bool = False, floats: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
-    atomics are all ten kinds with their old values kept); returns counts (tried, ran, refused by reason), the
+    atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits); returns counts (tried, ran, refused by reason), the
     mismatches and the internal errors (case, the exception's text): a program whose lowering or run raises anything
     but a refusal is counted and the run goes on with the next. Without ``narrow`` and ``atomics`` a seed gives the
     same programs as before they existed."""
@@ -309,7 +369,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics) for _ in range(min(batch, programs - done))]
+            cases = [make_case(rng, shared, narrow, atomics, floats) for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
                 report["tried"] += 1
@@ -355,10 +415,13 @@ def main(argv=None) -> int:
     parser.add_argument("--atomics", action="store_true",
                         help="block programs use all ten atomics (min, max, exch, cas, inc, dec, ...) and keep their "
                              "old values")
+    parser.add_argument("--floats", action="store_true",
+                        help="float32 comparisons, classes (isnan, ...), fmaxf / fminf, fabsf, copysignf, negation "
+                             "and bits of words read as floats")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
-                  atomics=args.atomics)
+                  atomics=args.atomics, floats=args.floats)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "
           f"internal errors {len(report['internal_errors'])} ({time.time() - start:.0f} s)")

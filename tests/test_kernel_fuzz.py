@@ -50,3 +50,14 @@ def test_narrow_loads_and_every_atomic_match_the_host_c_compiler():
     assert report["ran"] >= 30, report["refused"]
     assert set(report["refused"]) <= {"blocks; the ROM holds", "registers per lane"}, report["refused"]
 
+
+
+def test_float_comparisons_classes_and_bits_match_the_host_c_compiler():
+    """--floats: words read as float32, edge literals (-0.0f, infinities, NaNs, subnormals), negation, fabsf,
+    copysignf, fmaxf, fminf and ?:, compared, classified or read back, against gcc's IEEE float32."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(80, seed=4, batch=80, floats=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    assert report["ran"] >= 60, report["refused"]
