@@ -98,9 +98,16 @@ class Kernel:
     def arguments(self, args: Sequence) -> tuple[int, ...]:
         """Launch arguments as the words the lowering binds: integers as they are; for a ``float`` parameter
         (``.param .f32``) a Python or numpy number, converted to float32 (round to nearest, as C++ converts a
-        double argument) and passed as its bits::
+        double argument) and passed as its bits; for a struct passed by value its bytes, as ``bytes`` or anything
+        that gives them (a ``ctypes.Structure`` with the same fields, pointers as 64-bit device word addresses, or
+        a numpy record), read little-endian::
 
             dev.launch(dev.load_kernel(src, "clamp"), threads=8, args=[y, x, -1.0, 1.0])
+
+            class Args(ctypes.Structure):           # struct Args { int *y; const int *x; int n; int scale; };
+                _fields_ = [("y", ctypes.c_uint64), ("x", ctypes.c_uint64), ("n", ctypes.c_int),
+                            ("scale", ctypes.c_int)]
+            dev.launch(dev.load_kernel(src, "scale"), threads=8, args=[Args(y, x, 8, 3)])
         """
         params = self.ptx.params if self.ptx is not None else []
         words = []
@@ -108,6 +115,8 @@ class Kernel:
             param = params[i] if i < len(params) else None
             if param is not None and param.type == "f32":
                 words.append(_float32_bits(value, f"kernel {self.name} argument {param.name} (float)"))
+            elif param is not None and param.size is not None:
+                words.append(_struct_bytes(value, param.size, f"kernel {self.name} argument {param.name}"))
             else:
                 words.append(_integer(value, "kernel argument"))
         return tuple(words)
@@ -556,6 +565,22 @@ def _float32_bits(value, what: str) -> int:
         raise MachineError(f"{what}: {value!r} is outside float32's range (its largest finite value is "
                            f"{float(np.finfo(np.float32).max)!r})")
     return int(single.view(np.uint32))
+
+
+def _struct_bytes(value, size: int, what: str) -> int:
+    """A struct argument: its ``size`` bytes (bytes, a ctypes.Structure, a numpy record) as a little-endian int."""
+    if isinstance(value, np.ndarray) and value.size == 1 or isinstance(value, np.void):
+        value = value.tobytes()
+    try:
+        raw = bytes(value) if not isinstance(value, (int, float, str, np.integer, np.floating)) else None
+    except TypeError:
+        raw = None
+    if raw is None:
+        raise MachineError(f"{what} is a struct of {size} bytes: pass its bytes (bytes, a ctypes.Structure with the "
+                           f"same fields, a numpy record), got {value!r}")
+    if len(raw) != size:
+        raise MachineError(f"{what} is a struct of {size} bytes, got {len(raw)} bytes")
+    return int.from_bytes(raw, "little")
 
 
 def _words(words) -> np.ndarray:

@@ -74,7 +74,8 @@ class Instruction:
 @dataclass(frozen=True)
 class Param:
     name: str
-    type: str           # "u64", "u32", "b32", "s32", ...
+    type: str           # "u64", "u32", "b32", "s32", "f32", ...; "b8" with a size for a struct passed by value
+    size: int | None = None     # bytes of a struct parameter (``.param .align 8 .b8 k_param_0[24]``)
 
 
 @dataclass
@@ -484,8 +485,13 @@ def _parse_header(line: int, text: str) -> Kernel:
             elif t not in (".ptr", ".global", ".const", ".local", ".shared"):   # clang's pointer annotations
                 raise _err(line, f"parameter qualifier {t} is not supported", text)
             i += 1
+        array = re.fullmatch(r"(" + _IDENT + r")\[(\d+)\]", pname)
+        if array and types == ["b8"] and int(array.group(2)) > 0:       # a struct passed by value: its bytes
+            k.params.append(Param(array.group(1), "b8", int(array.group(2))))
+            continue
         if "[" in pname or len(types) != 1 or not _SYMBOL.match(pname):
-            raise _err(line, f"parameter {p.strip()!r} is not supported (only scalar parameters)", text)
+            raise _err(line, f"parameter {p.strip()!r} is not supported (scalar parameters and structs passed by "
+                             "value, .b8 arrays)", text)
         k.params.append(Param(pname, types[0]))
     for d in re.findall(r"\.(\w+)", m.group(4)):
         if d not in _PERF:

@@ -1,6 +1,7 @@
 """qwengpu/kernels/*.cu on the reference interpreter, each compared with its numpy replay (tests/reference.py)."""
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -499,3 +500,66 @@ def test_local_words_named_by_their_symbol_and_a_sleep():
     out = dev.alloc(8)
     dev.launch(dev.load_kernel(LOCAL_BY_SYMBOL, "k"), threads=8, args=[out])
     np.testing.assert_array_equal(dev.read(out, 8), np.arange(8) * 3 + 1)
+
+
+# ------------------------------------------------------------------------------------------------------------------ structs
+
+class Scale(ctypes.Structure):
+    """struct Scale { int *y; const int *x; int n; int factor; } (structs.cu); pointers as device word addresses."""
+    _fields_ = [("y", ctypes.c_uint64), ("x", ctypes.c_uint64), ("n", ctypes.c_int), ("factor", ctypes.c_int)]
+
+
+class Mixed(ctypes.Structure):
+    _fields_ = [("s", ctypes.c_short), ("c", ctypes.c_byte), ("v", ctypes.c_int), ("u", ctypes.c_ubyte)]
+
+
+@pytest.mark.parametrize("n, factor", [(6, -3), (8, 7), (0, 5)])
+def test_a_struct_of_pointers_and_ints_passed_by_value(n, factor):
+    """The same kernel with other field values: its lowering is reused (qwengpu.specialize) or redone, and each
+    launch reads its own struct."""
+    rng = np.random.default_rng(n)
+    dev = Device()
+    y, x = dev.alloc(8), dev.alloc(8)
+    xv = random_words(rng, 8, -1000, 1000)
+    dev.write(x, xv)
+    dev.write(y, np.full(8, 99))
+    k = kernel(dev, "structs.cu", "scale")
+    dev.launch(k, threads=8, args=[Scale(y, x, n, factor)])
+    np.testing.assert_array_equal(dev.read(y, 8), np.where(np.arange(8) < n, xv * factor, 99))
+    dev.launch(k, threads=8, args=[bytes(Scale(y, x, 8, 2))])       # plain bytes do as well
+    np.testing.assert_array_equal(dev.read(y, 8), xv * 2)
+
+
+def test_narrow_struct_fields_with_padding_and_a_numpy_record():
+    """short, signed char, int and unsigned char fields at C's offsets (0, 2, 4, 8), given as a ctypes struct and as
+    a numpy record with the same aligned layout."""
+    dev = Device()
+    out = dev.alloc(4)
+    record = np.array([(-300, -7, 100000, 200)],
+                      dtype=np.dtype([("s", "<i2"), ("c", "i1"), ("v", "<i4"), ("u", "u1")], align=True))[0]
+    for value in (Mixed(-300, -7, 100000, 200), record):
+        dev.launch(kernel(dev, "structs.cu", "mixed"), threads=4, args=[out, value])
+        np.testing.assert_array_equal(dev.read(out, 4), [-300 * t - 7 + 100000 + 200 for t in range(4)])
+
+
+def test_a_struct_beside_scalars_with_its_pointer_after_an_int():
+    class Window(ctypes.Structure):
+        _fields_ = [("offset", ctypes.c_int), ("data", ctypes.c_uint64)]
+    dev = Device()
+    out, x = dev.alloc(4), dev.alloc(16)
+    xv = np.arange(16) * 3 - 20
+    dev.write(x, xv)
+    dev.launch(kernel(dev, "structs.cu", "window_sum"), threads=4, args=[out, Window(3, x), 4])
+    np.testing.assert_array_equal(dev.read(out, 4), [xv[3 + t:7 + t].sum() for t in range(4)])
+
+
+def test_struct_arguments_are_checked():
+    dev = Device()
+    k = kernel(dev, "structs.cu", "scale")
+    with pytest.raises(MachineError, match=r"scale_param_0 is a struct of 24 bytes: pass its bytes"):
+        dev.launch(k, threads=4, args=[5])
+    with pytest.raises(MachineError, match=r"scale_param_0 is a struct of 24 bytes, got 16 bytes"):
+        dev.launch(k, threads=4, args=[bytes(16)])
+    with pytest.raises(MachineError, match=r"the pointer at byte 8 is 500, not a device word address 0\.\.127"):
+        dev.launch(k, threads=4, args=[Scale(0, 500, 4, 1)])
+    assert dev.tokens == []

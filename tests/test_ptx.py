@@ -203,7 +203,8 @@ def _body(lines: str) -> str:
     (_body("$L__A:\n$L__A:"), 11, "defined twice"),
     (HEADER + "\n.global .align 4 .b32 counter;\n", 5, "not supported"),
     (HEADER + "\n.extern .shared .align 4 .b8 smem[4];\n", 5, "not supported"),   # extern arrays have no size
-    (HEADER + "\n.visible .entry k(\n\t.param .align 4 .b8 k_param_0[8]\n)\n{\n\tret;\n}\n", 5, "only scalar"),
+    (HEADER + "\n.visible .entry k(\n\t.param .align 4 .u32 k_param_0[2]\n)\n{\n\tret;\n}\n", 5,
+     "scalar parameters and structs passed by value"),
     (HEADER + "\n.visible .entry k()\n{\n\tret;\n", 5, "no closing"),
     (HEADER.replace("64", "32"), 3, ".address_size 32"),
 ])

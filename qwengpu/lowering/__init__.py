@@ -48,31 +48,37 @@ from ..ptx import Instruction, Mem, Reg
 from .pointers import address_registers
 from .values import MASK32, Affine, Const, Context
 
-__all__ = ["lower", "Program", "bind_arguments", "pointer_parameters", "shared_layout", "local_layout"]
+__all__ = ["lower", "Program", "bind_arguments", "pointer_fields", "shared_layout", "local_layout"]
 
 
-def pointer_parameters(kernel) -> set[str]:
-    """The 64-bit parameters the kernel uses as addresses (a ``size_t n`` is a 64-bit value, not a pointer)."""
+def pointer_fields(kernel) -> set[tuple[str, int]]:
+    """The 64-bit parameters the kernel uses as addresses, as (parameter, byte offset): offset 0 of a pointer
+    parameter (a ``size_t n`` is a 64-bit value, not a pointer), and the pointer fields of a struct passed by
+    value."""
     addresses = address_registers(kernel.body)
     pointers = set()
     for inst in kernel.body:
         if isinstance(inst, Instruction) and inst.base == "ld" and "param" in inst.modifiers:
             mem = inst.operands[1]
             if isinstance(mem, Mem) and isinstance(inst.operands[0], Reg) and inst.operands[0].name in addresses:
-                pointers.add(mem.base)
+                pointers.add((mem.base, mem.offset))
     return pointers
 
 
 def bind_arguments(kernel, args: list[int]) -> dict:
     """Launch arguments as constants: pointers (64-bit parameters used as addresses) as byte addresses, integers as
-    words (a 64-bit integer must fit 32 bits)."""
+    words (a 64-bit integer must fit 32 bits), a struct passed by value as its bytes (an int, little-endian) with
+    its pointer fields made byte addresses."""
     if len(args) != len(kernel.params):
         names = ", ".join(f"{p.name}: {p.type}" for p in kernel.params)
         raise MachineError(f"kernel {kernel.name} takes {len(kernel.params)} arguments ({names}), got {len(args)}")
     params = {}
-    pointers = pointer_parameters(kernel)
+    pointers = pointer_fields(kernel)
     for param, value in zip(kernel.params, args):
-        if param.type.endswith("64") and param.name not in pointers:
+        if param.size is not None:
+            params[param.name] = Const(_struct_value(kernel, param, value, sorted(
+                offset for name, offset in pointers if name == param.name)))
+        elif param.type.endswith("64") and (param.name, 0) not in pointers:
             if not -(1 << 31) <= value < (1 << 32):
                 raise MachineError(f"kernel {kernel.name} argument {param.name}: {value} does not fit 32 bits (the "
                                    "machine's words)")
@@ -96,6 +102,21 @@ def bind_arguments(kernel, args: list[int]) -> dict:
             raise MachineError(f"kernel {kernel.name} parameter {param.name}: type .{param.type} is not supported "
                                "(integers of 8 to 32 bits, float32 and pointers)")
     return params
+
+
+def _struct_value(kernel, param, value: int, pointer_offsets: list[int]) -> int:
+    """A struct argument's bytes with each pointer field's device word address made a byte address, as a pointer
+    parameter's is."""
+    if not 0 <= value < 1 << (8 * param.size):
+        raise MachineError(f"kernel {kernel.name} argument {param.name}: {value} is not the bytes of a "
+                           f"{param.size}-byte struct")
+    for offset in pointer_offsets:
+        word = (value >> (8 * offset)) & ((1 << 64) - 1)
+        if not 0 <= word <= isa.SINK:
+            raise MachineError(f"kernel {kernel.name} argument {param.name}: the pointer at byte {offset} is {word}, "
+                               f"not a device word address 0..{isa.SINK}")
+        value += (3 * word) << (8 * offset)         # word * 4, in place: PTX addresses are bytes
+    return value
 
 
 def shared_layout(kernel, dynamic: int = 0) -> tuple[int, dict[str, int]]:
