@@ -4,6 +4,8 @@
     python -m qwengpu asm qwengpu/kernels/idioms.cu --kernel saxpy --args 0,32,3,13 --threads 4 --blocks 2
     python -m qwengpu trace qwengpu/kernels/vadd.cu --kernel vadd --args 0,16,32,4 --threads 4
     python -m qwengpu asm my_kernel.cu --kernel reverse --args 0,8 --threads 8 --shared 32   # extern __shared__
+    python -m qwengpu asm qwengpu/kernels/idioms.cu --kernel matrix_add --args 0,40,80,5,7 --threads 4x2 --blocks 2x3
+    python -m qwengpu asm qwengpu/kernels/floats.cu --kernel clamp --args 0,16,-1.5,2.0 --threads 16
 
 ``asm`` prints each kernel's machine blocks (registers and ROM use) for a launch configuration; without --args every
 argument is 0 (pointers at word 0). ``trace`` runs one launch on the interpreter and prints its records.
@@ -11,19 +13,28 @@ argument is 0 (pointers at word 0). ``trace`` runs one launch on the interpreter
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 
 from . import tokens as T
-from .device import Device
+from .device import MAX_BLOCKS, Device, dim3, launch_geometry
 from .isa import LANES, REGISTERS, ROM_BLOCKS, MachineError
 from .ptx import parse
 from .toolchain import ptx_for
 
 
-def _arguments(text: str | None, count: int) -> list[int]:
+def _arguments(text: str | None, count: int) -> list:
+    """--args: ints (pointers are word addresses), or numbers with a point or an exponent for float parameters."""
     if not text:
         return [0] * count
-    return [int(v, 0) for v in text.split(",")]
+    return [int(v, 0) if re.fullmatch(r"[-+]?(0[xXbBoO])?[0-9a-fA-F]+", v.strip()) else float(v)
+            for v in text.split(",")]
+
+
+def _dims(text: str) -> tuple[int, ...]:
+    """--threads / --blocks: CUDA's dim3 as 8, 8x2 or 8x2x2."""
+    return tuple(int(v) for v in text.lower().split("x"))
 
 
 def asm(args) -> int:
@@ -33,7 +44,9 @@ def asm(args) -> int:
     for name in names:
         kernel = device.load_kernel(args.file, name)
         values = _arguments(args.args, len(kernel.ptx.params))
-        program = kernel.program(tuple(values), args.threads, 0, args.blocks, args.shared)
+        shape, grid = dim3(_dims(args.threads)), dim3(_dims(args.blocks), "blocks", MAX_BLOCKS)
+        program = kernel.program(kernel.arguments(values), math.prod(shape), 0, math.prod(grid), args.shared,
+                                 **launch_geometry(shape, grid))
         stores = sum(block.stores for block in program.blocks)
         print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args={values} threads={args.threads} "
               f"blocks={args.blocks}: {len(program.blocks)}/{ROM_BLOCKS} ROM blocks, {program.registers}/{REGISTERS} "
@@ -48,9 +61,10 @@ def trace(args) -> int:
     device = Device()
     kernel = device.load_kernel(args.file, args.kernel)
     values = _arguments(args.args, len(kernel.ptx.params))
-    for block in range(args.blocks):
+    threads, blocks = _dims(args.threads), _dims(args.blocks)
+    for block in range(math.prod(blocks)):
         start = len(device.tokens)
-        device.start(kernel, args.threads, values, block=block, blocks=args.blocks, shared=args.shared)
+        device.start(kernel, threads, values, block=block, blocks=blocks, shared=args.shared)
         print(" ".join(str(t) for t in device.tokens[start:]))
         while device.busy:
             record = device.step()
@@ -69,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("file", help="a .cu or .ptx file")
         p.add_argument("--kernel", required=name == "trace", help="kernel name (asm: all kernels when omitted)")
         p.add_argument("--args", help="comma-separated launch arguments (ints; pointers are word addresses)")
-        p.add_argument("--threads", type=int, default=4, help="threads per block")
-        p.add_argument("--blocks", type=int, default=1, help="blocks in the grid (run one after another)")
+        p.add_argument("--threads", default="4", help="threads per block: 8, or 8x2 / 8x2x2 (CUDA's dim3)")
+        p.add_argument("--blocks", default="1", help="blocks in the grid (run one after another): 2, or 2x3 / 2x3x2")
         p.add_argument("--shared", type=int, default=0,
                        help="bytes of dynamic shared memory for extern __shared__ arrays (CUDA's third launch parameter)")
         p.set_defaults(run=fn)

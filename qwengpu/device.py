@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -83,9 +84,10 @@ class Kernel:
         return cls(program.kernel, None, "", fixed=program)
 
     def program(self, args: tuple[int, ...], threads: int, block: int = 0, blocks: int = 1,
-                shared: int = 0) -> Program:
+                shared: int = 0, shape: tuple | None = None, grid: tuple | None = None) -> Program:
         """The machine program for one launch configuration (block ``block`` of a grid of ``blocks``, ``shared``
-        bytes of dynamic shared memory)."""
+        bytes of dynamic shared memory; ``shape`` / ``grid``: the (x, y, z) sizes of a block and a grid of more
+        than one dimension)."""
         if self.fixed is not None:
             if args:
                 raise MachineError(f"kernel {self.name} is a ready-made program and takes no arguments, got "
@@ -93,7 +95,8 @@ class Kernel:
             return self.fixed
         if self._programs is None:
             self._programs = Specializer(self.ptx, PROGRAM_CACHE)
-        return self._programs.program(args, threads, block=block, blocks=blocks, shared=shared)
+        return self._programs.program(args, threads, block=block, blocks=blocks, shared=shared,
+                                      block_shape=shape, grid_shape=grid)
 
     def arguments(self, args: Sequence) -> tuple[int, ...]:
         """Launch arguments as the words the lowering binds: integers as they are; for a ``float`` parameter
@@ -282,31 +285,28 @@ class Device:
             raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(module.kernels)})")
         return Kernel(name, module.kernels[name], ptx_text)
 
-    def launch(self, kernel: Kernel, threads: int, args: Sequence[int], max_records: int = DEFAULT_RECORD_LIMIT,
-               blocks: int = 1, shared: int = 0):
+    def launch(self, kernel: Kernel, threads, args: Sequence, max_records: int = DEFAULT_RECORD_LIMIT,
+               blocks=1, shared: int = 0):
         """Run a kernel to completion: ``blocks`` blocks of ``threads`` threads, one block after another (each sees
-        its own ``blockIdx.x``). A kernel still running after max_records records raises (hang detector).
-        ``shared``: bytes of dynamic shared memory for ``extern __shared__`` arrays (CUDA's third launch
-        parameter); a kernel that declares one needs it.
+        its own ``blockIdx``). Both are CUDA's dim3: an int, or (x, y) / (x, y, z) (``threads=(8, 4)`` gives
+        threadIdx.x 0..7 and threadIdx.y 0..3, x varying fastest; at most 1,024 threads a block). A kernel still
+        running after max_records records raises (hang detector). ``shared``: bytes of dynamic shared memory for
+        ``extern __shared__`` arrays (CUDA's third launch parameter); a kernel that declares one needs it.
 
         Every block's program is lowered before the first one starts, so a kernel over a limit of the machine
         fails before it touches memory."""
-        blocks = _integer(blocks, "blocks")
-        if not 1 <= blocks <= MAX_BLOCKS:
-            raise MachineError(f"blocks={blocks}: a grid has 1..{MAX_BLOCKS} blocks")
+        shape, grid = dim3(threads, "threads", MAX_THREADS), dim3(blocks, "blocks", MAX_BLOCKS)
         words = kernel.arguments(args)         # checked here; start() converts the same args again per block
-        threads = _integer(threads, "threads")
-        if not 1 <= threads <= MAX_THREADS:
-            raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
         shared = _integer(shared, "shared (bytes of dynamic shared memory)")
-        for block in range(blocks):
-            kernel.program(words, threads, block, blocks, shared)
+        count = math.prod(grid)
+        for block in range(count):
+            kernel.program(words, math.prod(shape), block, count, shared, **launch_geometry(shape, grid))
         # A failure in a later block puts back what the earlier blocks did too: the grid is one launch.
         before = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
                   list(self.launch_records))
         try:
-            for block in range(blocks):
-                self._run_block(kernel, threads, args, max_records, block, blocks, shared)
+            for block in range(count):
+                self._run_block(kernel, shape, args, max_records, block, grid, shared)
         except Exception:
             state, length, stats, rom, launch_records = before
             self._backend_restore(state)
@@ -314,7 +314,7 @@ class Device:
             self.stats, self._rom, self.launch_records, self._outbox = stats, rom, launch_records, []
             raise
 
-    def _run_block(self, kernel: Kernel, threads: int, args, max_records: int, block: int, blocks: int,
+    def _run_block(self, kernel: Kernel, threads, args, max_records: int, block: int, blocks,
                    shared: int = 0) -> None:
         self.start(kernel, threads, args, block=block, blocks=blocks, shared=shared)
         try:
@@ -338,18 +338,16 @@ class Device:
     def busy(self) -> bool:
         return self._launch is not None
 
-    def start(self, kernel: Kernel, threads: int, args: Sequence[int], block: int = 0, blocks: int = 1,
-              shared: int = 0) -> None:
-        """Begin a launch (of block ``block`` of a grid of ``blocks``): feed the program rows that changed and the
-        first warp's header. Writes nothing yet."""
+    def start(self, kernel: Kernel, threads, args: Sequence, block: int = 0, blocks=1, shared: int = 0) -> None:
+        """Begin a launch (of block ``block``, its linear index, of a grid of ``blocks``; both sizes CUDA's dim3 as
+        in launch): feed the program rows that changed and the first warp's header. Writes nothing yet."""
         if self._launch is not None:
             raise MachineError(f"start({kernel.name}): a launch of {self._launch['kernel'].name} is still running")
-        threads = _integer(threads, "threads")
-        if not 1 <= threads <= MAX_THREADS:
-            raise MachineError(f"threads={threads}: a launch has 1..{MAX_THREADS} threads")
+        shape, grid = dim3(threads, "threads", MAX_THREADS), dim3(blocks, "blocks", MAX_BLOCKS)
+        threads, blocks = math.prod(shape), math.prod(grid)
         args = kernel.arguments(args)
         shared = _integer(shared, "shared (bytes of dynamic shared memory)")
-        program = kernel.program(args, threads, block, blocks, shared)
+        program = kernel.program(args, threads, block, blocks, shared, **launch_geometry(shape, grid))
         self._check_supported(kernel, program)
         self._check_reserved(kernel, program)
         self._snapshot = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom))
@@ -549,6 +547,25 @@ def _integer(value, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise MachineError(f"{what} must be an integer, got {value!r}")
     return int(value)
+
+
+def dim3(value, what: str = "threads", limit: int = MAX_THREADS) -> tuple[int, int, int]:
+    """CUDA's dim3: an int, or a tuple of 1 to 3 ints (x, y, z); every size at least 1, their product at most
+    ``limit``."""
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not 1 <= len(dims) <= 3:
+        raise MachineError(f"{what}={value!r}: give an int or (x, y) or (x, y, z)")
+    dims = tuple(_integer(d, what) for d in dims) + (1,) * (3 - len(dims))
+    if min(dims) < 1 or math.prod(dims) > limit:
+        raise MachineError(f"{what}={value!r}: a launch has 1..{limit} {what} (in all, each size at least 1)")
+    return dims
+
+
+def launch_geometry(shape: tuple, grid: tuple) -> dict:
+    """What Kernel.program is told of a block's and a grid's dimensions: nothing for 1-d ones, so 1-d launches
+    lower as they always have (the thread and block counts say it all)."""
+    geometry = {"shape": shape, "grid": grid}
+    return {} if shape[1:] == grid[1:] == (1, 1) else geometry
 
 
 def _float32_bits(value, what: str) -> int:

@@ -257,16 +257,17 @@ class Specializer:
     def __len__(self) -> int:
         return sum(len(v) for v in self.templates.values())
 
-    def program(self, args, threads: int, block: int = 0, blocks: int = 1, shared: int = 0) -> Program:
+    def program(self, args, threads: int, block: int = 0, blocks: int = 1, shared: int = 0,
+                block_shape: tuple | None = None, grid_shape: tuple | None = None) -> Program:
         args = tuple(int(a) for a in args)
-        shape = (threads, block, blocks, shared, len(args))
+        shape = (threads, block, blocks, shared, len(args), block_shape, grid_shape)
         candidates = self.templates.get(shape, [])
         for i, template in enumerate(candidates):
             if template.fits(args):
                 self.templates.move_to_end(shape)
                 candidates.insert(0, candidates.pop(i))         # the next launch most likely fits it again
                 return template.program(args)
-        template = self._trace(args, threads, block, blocks, shared)
+        template = self._trace(args, threads, block, blocks, shared, block_shape, grid_shape)
         self.templates.setdefault(shape, []).insert(0, template)
         self.templates.move_to_end(shape)
         while len(self) > self.limit:
@@ -276,11 +277,12 @@ class Specializer:
                 del self.templates[oldest]
         return template.program(args)
 
-    def _trace(self, args, threads, block, blocks, shared) -> Template:
+    def _trace(self, args, threads, block, blocks, shared, block_shape, grid_shape) -> Template:
         traced_args = [Traced(a, ("arg", i)) for i, a in enumerate(args)]
         _state.decisions = decisions = []
         try:
-            program = lower(self.kernel, traced_args, threads, block=block, blocks=blocks, shared=shared)
+            program = lower(self.kernel, traced_args, threads, block=block, blocks=blocks, shared=shared,
+                            shape=block_shape, grid=grid_shape)
         finally:
             _state.decisions = None
         self.lowered += 1

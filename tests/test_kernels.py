@@ -563,3 +563,73 @@ def test_struct_arguments_are_checked():
     with pytest.raises(MachineError, match=r"the pointer at byte 8 is 500, not a device word address 0\.\.127"):
         dev.launch(k, threads=4, args=[Scale(0, 500, 4, 1)])
     assert dev.tokens == []
+
+
+# ------------------------------------------------------------------------------------------------------------------ dim3
+
+def cuda_indices(shape, grid):
+    """(linear block, linear thread) -> (threadIdx, blockIdx) as CUDA numbers them, x fastest."""
+    for b, (bz, by, bx) in enumerate(np.ndindex(grid[2], grid[1], grid[0])):
+        for t, (tz, ty, tx) in enumerate(np.ndindex(shape[2], shape[1], shape[0])):
+            yield b, t, (tx, ty, tz), (bx, by, bz)
+
+
+@pytest.mark.parametrize("shape, grid", [((4, 2, 1), (2, 3, 1)), ((3, 2, 1), (3, 2, 1)), ((5, 3, 1), (1, 2, 1)),
+                                         ((8, 1, 1), (1, 4, 1))])
+def test_matrix_add_on_a_2d_grid_of_2d_blocks(shape, grid):
+    """threads=(x, y), blocks=(x, y): row from y, column from x; blocks past the matrix's edge do nothing."""
+    rows, cols = 5, 7
+    rng = np.random.default_rng(shape[0] * 10 + grid[1])
+    dev = Device()
+    a, b, c = dev.alloc(rows * cols), dev.alloc(rows * cols), dev.alloc(rows * cols)
+    av, bv = random_words(rng, rows * cols), random_words(rng, rows * cols)
+    dev.write(a, av)
+    dev.write(b, bv)
+    dev.write(c, np.full(rows * cols, 0x5A5A5A5A))
+    dev.launch(kernel(dev, "idioms.cu", "matrix_add"), threads=shape[:2], blocks=grid[:2],
+               args=[c, a, b, rows, cols])
+    expect = np.full((rows, cols), 0x5A5A5A5A, dtype=np.int64)
+    for _, _, (tx, ty, _), (bx, by, _) in cuda_indices(shape, grid):
+        row, col = by * shape[1] + ty, bx * shape[0] + tx
+        if row < rows and col < cols:
+            expect[row, col] = (int(av[row * cols + col]) + int(bv[row * cols + col]) + 2**31) % 2**32 - 2**31
+    np.testing.assert_array_equal(dev.read(c, rows * cols), expect.ravel())
+
+
+@pytest.mark.parametrize("shape, grid", [((3, 2, 2), (2, 2, 2)), ((2, 2, 4), (1, 3, 1)), ((4, 4, 1), (3, 1, 2))])
+def test_every_index_of_a_3d_block_in_a_3d_grid(shape, grid):
+    n, count = int(np.prod(shape)), int(np.prod(grid))
+    dev = Device()
+    out = dev.alloc(n * count)
+    dev.launch(kernel(dev, "idioms.cu", "indices3d"), threads=shape, blocks=grid, args=[out])
+    expect = np.zeros(n * count, dtype=np.int64)
+    for b, t, (tx, ty, tz), (bx, by, bz) in cuda_indices(shape, grid):
+        expect[b * n + t] = (tx | ty << 4 | tz << 8 | bx << 12 | by << 16 | bz << 20 | (sum(shape) + sum(grid)) << 24)
+    np.testing.assert_array_equal(dev.read(out, n * count), expect)
+
+
+def test_dim3_sizes_are_checked():
+    dev = Device()
+    k = kernel(dev, "idioms.cu", "indices3d")
+    for threads, blocks, words in (((0, 4), 1, r"threads=\(0, 4\): a launch has 1\.\.1024 threads"),
+                                   ((64, 32), 1, r"threads=\(64, 32\): a launch has 1\.\.1024 threads"),
+                                   ((2, 2, 2, 2), 1, r"give an int or \(x, y\) or \(x, y, z\)"),
+                                   (4, (2, 0), r"blocks=\(2, 0\): a launch has 1\.\.1024 blocks")):
+        with pytest.raises(MachineError, match=words):
+            dev.launch(k, threads=threads, blocks=blocks, args=[0])
+    assert dev.tokens == []
+
+
+def test_the_circuit_writes_the_interpreters_tokens_for_a_2d_block():
+    """threads=(3, 2): threadIdx.x is tid % 3 and threadIdx.y tid / 3 on the circuit too (its division by 3)."""
+    def tokens(backend):
+        dev = Device(backend=backend)
+        a, b, c = dev.alloc(6), dev.alloc(6), dev.alloc(6)
+        dev.write(a, np.arange(6) * 5)
+        dev.write(b, np.arange(6) - 9)
+        dev.launch(kernel(dev, "idioms.cu", "matrix_add"), threads=(3, 2), args=[c, a, b, 2, 3])
+        return dev.read(c, 6), [(t.id, t.origin) for t in dev.tokens]
+    (values, circuit), (ref_values, interpreter) = tokens("circuit"), tokens("interpreter")
+    np.testing.assert_array_equal(values, np.arange(6) * 6 - 9)
+    np.testing.assert_array_equal(values, ref_values)
+    assert circuit == interpreter

@@ -168,9 +168,12 @@ def local_layout(kernel, threads: int, shared_words: int, symbols: dict) -> int:
     return words
 
 
-def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1, shared: int = 0) -> Program:
+def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1, shared: int = 0,
+          shape: tuple[int, int, int] | None = None, grid: tuple[int, int, int] | None = None) -> Program:
     """Lower a parsed PTX kernel for a launch with these argument values, this many threads per block, as block
     ``block`` of a grid of ``blocks``, with ``shared`` bytes of dynamic shared memory (``extern __shared__``).
+    ``shape`` / ``grid``: the block's and the grid's (x, y, z) sizes where they have more than one dimension
+    (their products are ``threads`` and ``blocks``; ``block`` is the linear index, x fastest).
 
     A block's __shared__ arrays and (with more than one warp) its barrier state take the top words of memory
     (``Program.reserved``; qwengpu.lowering.barriers)."""
@@ -178,7 +181,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
     shared_words += local_words * threads
-    context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols)
+    context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols, shape, grid)
     kernel = merge_latches(layout(kernel))
     cfg = basic_blocks(kernel)
     states = propagate(kernel, cfg, context)

@@ -401,15 +401,20 @@ class ArithmeticOps:
             raise unsupported(inst, "mad.hi needs the high word of a product")
         bits = width(inst)
         if "wide" in inst.modifiers and bits <= 16:
-            product = self.op("mul", self._extended(read, 0, bits, signed(inst)),
-                              self._extended(read, 1, bits, signed(inst)))
+            a, b = self._extended(read, 0, bits, signed(inst)), self._extended(read, 1, bits, signed(inst))
         else:
-            product = self.op("mul", self.src(read, 0), self.src(read, 1))
-        total = self.op("add", (product, 0), self.src(read, 2))
+            a, b = self.src(read, 0), self.src(read, 1)
+        if a[0] is None and b[0] is None:
+            # Both factors known at launch (blockIdx.x * blockDim.x + threadIdx.x of a 2-d block): the product is
+            # the addend's immediate.
+            c = self.src(read, 2)
+            total = (c[0], (c[1] + a[1] * b[1]) & MASK32)
+        else:
+            total = (self.op("add", (self.op("mul", a, b), 0), self.src(read, 2)), 0)
         if bits < 32 and "wide" not in inst.modifiers:
             self._narrow(total, dst, bits)
         else:
-            self.op("a", (total, 0), dst=dst)
+            self.op("a", total, dst=dst)
 
     def _op_neg(self, read, dst):
         bits = width(self.inst)

@@ -37,7 +37,8 @@ from .mop import MOp
 from .pointers import address_registers
 from .predicates import FALSE, TRUE, Predicate
 from .transfer import evaluate, guard_value, make_reader, sources, step
-from .values import DYNAMIC, LANE_SPECIAL, MASK32, SPECIAL, Affine, Const, Context, destination, unsupported, width
+from .values import (DYNAMIC, LANE_SPECIAL, MASK32, SPECIAL, THREAD_INDEX, Affine, Const, Context, destination,
+                     unsupported, width)
 from .warp import WarpOps
 from .semantics import bits_of, to_signed
 
@@ -262,7 +263,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             self.mops.append(MOp("mul", ("tid", 0), (None, value.coef & MASK32), scaled, text="thread index scale"))
             return (scaled, value.offset & MASK32)
         if value == DYNAMIC and isinstance(operand, Reg):
-            if operand.name in LANE_SPECIAL:
+            if operand.name in LANE_SPECIAL or operand.name in THREAD_INDEX:
                 return self.special(operand.name)
             return (operand.name, 0)
         raise MachineError(f"register {operand} is read before any definition reaches it")

@@ -53,6 +53,16 @@ class Context:
     block: int = 0              # this block's index (%ctaid.x): blocks run one after another, each lowered alone
     symbols: dict = field(default_factory=dict)     # .shared array -> its byte address in the block's words
     #                                                 (.local: Affine, each thread's copy)
+    shape: tuple[int, int, int] | None = None       # the block's (x, y, z) threads (CUDA's blockDim); None: 1-d
+    grid: tuple[int, int, int] | None = None        # the grid's (x, y, z) blocks (gridDim); None: 1-d
+
+    @property
+    def block_shape(self) -> tuple[int, int, int]:
+        return self.shape or (self.threads, 1, 1)
+
+    @property
+    def grid_shape(self) -> tuple[int, int, int]:
+        return self.grid or (self.blocks, 1, 1)
 
 
 # The special registers the machine has. The thread and block indices, sizes and the lane are known at launch or
@@ -64,6 +74,9 @@ SPECIAL = {"%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x", "%tid.y", "%tid.z", "%n
            "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge", "%lanemask_gt"}
 LANE_SPECIAL = {"%laneid", "%warpid", "%lanemask_eq", "%lanemask_le", "%lanemask_lt", "%lanemask_ge",
                 "%lanemask_gt"}       # lane-dependent: the machine computes them
+# The thread's index in a block of more than one dimension: a function of the machine's (linear) tid that the
+# machine computes like the lane's registers; in a 1-d block %tid.x is tid itself (Affine) and .y / .z are 0.
+THREAD_INDEX = {"%tid.x", "%tid.y", "%tid.z"}
 
 
 def width(inst: Instruction) -> int:
@@ -112,23 +125,23 @@ def make_reader(state: dict, context: Context):
         if isinstance(operand, Reg):
             name = operand.name
             if name in SPECIAL:
-                if name == "%tid.x":
-                    return Affine(1, 0)
+                (nx, ny, nz), (gx, gy, gz) = context.block_shape, context.grid_shape
+                if name in THREAD_INDEX:
+                    if ny * nz == 1:            # a 1-d block: %tid.x is the machine's tid
+                        return Affine(1, 0) if name == "%tid.x" else Const(0)
+                    if name == "%tid.y" and ny == 1 or name == "%tid.z" and nz == 1:
+                        return Const(0)
+                    return DYNAMIC
                 if name in LANE_SPECIAL:
                     return DYNAMIC
-                if name == "%ntid.x":
-                    return Const(context.threads)
                 if name == "%nwarpid":
                     return Const(-(-context.threads // isa.LANES))
                 if name == "%nsmid":
                     return Const(1)
-                if name == "%nctaid.x":
-                    return Const(context.blocks)
-                if name == "%ctaid.x":
-                    return Const(context.block)
-                if name in ("%ntid.y", "%ntid.z", "%nctaid.y", "%nctaid.z"):
-                    return Const(1)
-                return Const(0)
+                b = context.block
+                known = {"%ntid.x": nx, "%ntid.y": ny, "%ntid.z": nz, "%nctaid.x": gx, "%nctaid.y": gy,
+                         "%nctaid.z": gz, "%ctaid.x": b % gx, "%ctaid.y": b // gx % gy, "%ctaid.z": b // (gx * gy)}
+                return Const(known.get(name, 0))
             if SPECIAL_REGISTER.match(name):
                 raise MachineError(f"special register {name} is not supported: the machine has no clock, timer, "
                                    "environment registers or clusters")

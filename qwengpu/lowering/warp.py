@@ -28,7 +28,7 @@ from ..isa import LANES, OPS, DIVISIONS, alu
 from .mop import MOp
 from .predicates import FALSE, TRUE, Predicate
 from .transfer import sources
-from .values import MASK32, Const, signed, unsupported, width
+from .values import MASK32, THREAD_INDEX, Const, signed, unsupported, width
 
 EXCHANGE = "%exchange"      # the exchange words' symbol: not a PTX identifier, so no __shared__ array takes it
 
@@ -124,6 +124,30 @@ class WarpOps:
             return ("tid", 0)
         return (self._emit_true("and", ("tid", 0), (None, LANES - 1)), 0)
 
+    def _thread_index(self, name: str) -> tuple:
+        """threadIdx.x / .y / .z of a block of more than one dimension from the linear tid (x fastest): a mask or
+        shift for a power of two, else the machine's division by an immediate (which the circuit and the model
+        take for 1..8, and refuse otherwise before the launch)."""
+        nx, ny, _ = self.context.block_shape
+
+        def divide(x: tuple, n: int) -> tuple:
+            if n == 1:
+                return x
+            if n & (n - 1) == 0:
+                return (self._emit_true("shr_u", x, (None, n.bit_length() - 1)), 0)
+            return (self._emit_true("div_u", x, (None, n)), 0)
+
+        def modulo(x: tuple, n: int) -> tuple:
+            if n & (n - 1) == 0:
+                return (self._emit_true("and", x, (None, n - 1)), 0)
+            return (self._emit_true("rem_u", x, (None, n)), 0)
+        tid = ("tid", 0)
+        if name == "%tid.x":
+            return modulo(tid, nx)
+        if name == "%tid.y":
+            return modulo(divide(tid, nx), ny)
+        return divide(divide(tid, nx), ny)
+
     def _emit_true(self, name: str, a: tuple, b: tuple) -> str:
         """dst = name(a, b) on every lane (a value of the thread index, valid whatever the predicate)."""
         dst = self.temp()
@@ -131,7 +155,10 @@ class WarpOps:
         return dst
 
     def special(self, name: str) -> tuple:
-        """A lane-dependent special register (values.LANE_SPECIAL) as a machine operand."""
+        """A lane-dependent special register (values.LANE_SPECIAL), or a thread index of a block of more than one
+        dimension (values.THREAD_INDEX), as a machine operand."""
+        if name in THREAD_INDEX:
+            return self._thread_index(name)
         lanes = [t % LANES for t in range(self.context.threads)]
         table = {"%laneid": lanes, "%warpid": [t // LANES for t in range(self.context.threads)],
                  "%lanemask_eq": [1 << l for l in lanes], "%lanemask_le": [(2 << l) - 1 for l in lanes],
