@@ -10,8 +10,11 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   complement) orders every non-NaN float as a signed integer, with -0 == +0 as IEEE compares them; a NaN (magnitude
   above infinity's 0x7f800000) makes an ordered test false and an unordered one true. ``min`` / ``max`` use the
   total order ``x ^ ((x >> 31) >>> 1)`` (-0 below +0, so max(+0, -0) is +0 and min is -0, as qccl's float
-  reductions and NVIDIA's hardware order them) and follow PTX: a NaN operand is ignored, two NaNs give the canonical
-  NaN 0x7fffffff; with ``.NaN`` any NaN operand gives it.
+  reductions order them where CUDA leaves the sign open) and follow PTX: a NaN operand is ignored, two NaNs give
+  the canonical NaN 0x7fffffff; with ``.NaN`` any NaN operand gives it.
+- against a literal (``x > 0.0f``, ``fmaxf(x, 0.0f)``, ``isnan``: testp), the floats that pass are a few ranges of
+  x's words, worked out here from IEEE's order (``bits_where``): one or two unsigned compares a range, so
+  ``x > 0.0f`` costs the machine two ops where two registers cost thirteen.
 
 Arithmetic that rounds (add, sub, mul, fma, div, sqrt, the conversions to and from integers, atomicAdd on a float)
 needs more of the machine's integer ops than the 32-block ROM holds: one float32 add is about a hundred (qccl's float
@@ -19,8 +22,8 @@ reductions run one in four launches of qccl/kernels/fprim.cu). It is refused by 
 float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it for ``--use_fast_math``).
 
 This is the lowering's first stage: every later one sees integer PTX only (``transfer.check_integer`` still refuses
-any float type left), so constant propagation folds a literal's key at launch, and an ``x > 0.0f`` costs the machine
-seven ops. Each rewritten instruction keeps the float instruction's guard, line and text, so errors still name it.
+any float type left). Each rewritten instruction keeps the float instruction's line and text, so errors still name
+it; a guarded one computes into a fresh register and one guarded mov writes its destination.
 
 Example::
 
@@ -89,8 +92,8 @@ def bits_where(holds, literal: int | None = None) -> list[tuple[int, int]]:
     """The words x for which ``holds(x)`` is true, as circular intervals (lo, hi) of unsigned words, inclusive
     (hi < lo wraps past 0xffffffff). ``holds`` is a relation between a float and ``literal`` (or a class of floats:
     testp): monotone in x's value within each half, so it changes only at the edges of the halves and next to c
-    and -c. Each interval is checked at both ends, so a relation that changes inside one is an internal error,
-    not a wrong program."""
+    and -c. The relation must agree at both ends of each interval between those places: a place missed shows as an
+    internal error where they disagree, not as a wrong program."""
     edges = set(_EDGES)
     if literal is not None:
         for c in (literal, literal ^ SIGN):
@@ -126,8 +129,8 @@ def _compares(test: str, literal: int):
         unordered = math.isnan(v) or math.isnan(c)
         if test in ("num", "nan"):
             return unordered == (test == "nan")
-        return not unordered and cmp(v, c)
-    return (lambda x: holds(x) or math.isnan(_value(x)) or math.isnan(c)) if test in UNORDERED else holds
+        return test in UNORDERED if unordered else cmp(v, c)
+    return holds
 
 
 CLASSES = {"finite": math.isfinite, "infinite": math.isinf, "number": lambda v: not math.isnan(v),
