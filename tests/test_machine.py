@@ -1,5 +1,6 @@
 """The machine's contracts: ROM encoding, the token grammar, limits as errors, atomics, step == whole launch."""
 import random
+import re
 
 import numpy as np
 import pytest
@@ -208,6 +209,18 @@ def test_too_many_blocks():
     kernel = dev.load_kernel(source, "long_chain")
     with pytest.raises(MachineError, match=r"needs \d+ blocks; the ROM holds 32"):
         dev.launch(kernel, threads=1, args=[0, 100])
+
+
+def test_a_kernel_too_long_for_the_rom_is_told_where_its_blocks_go():
+    """Three population counts (12 ops each, qwengpu/KERNELS.md) and a store: the message names the popc lines."""
+    source = ('extern "C" __global__ void counts(unsigned *x, unsigned *y) { y[threadIdx.x] = __popc(x[0]) ^ '
+              '__popc(x[1] * 3u) ^ __popc(x[2] + 7u); }')
+    dev = Device()
+    with pytest.raises(MachineError) as error:
+        dev.launch(dev.load_kernel(source, "counts"), threads=4, args=[0, 8])
+    message = str(error.value)
+    assert re.search(r"the ROM holds 32 \(the most: 1\d for line \d+ 'popc\.b32 [^']*', 1\d for line \d+ "
+                     r"'popc\.b32 [^']*', 1\d for line \d+ 'popc\.b32 [^']*'\)$", message), message
 
 
 def test_too_many_registers():

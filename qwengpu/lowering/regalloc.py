@@ -9,9 +9,20 @@ Example::
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from ..isa import EXIT, NONE, REGISTERS, ROM_BLOCKS, TID, Block, MachineError, Operand
 from .barriers import live_in as liveness, successors
 from .mop import MOp, Program
+
+
+def _costliest(mops: list[MOp], shown: int = 3) -> str:
+    """Where a program too long for the ROM spends its blocks: the PTX lines that cost the most, for the message."""
+    counts = Counter((mop.line, mop.text) for mop in mops if mop.line)
+    top = sorted(counts.items(), key=lambda item: (-item[1], item[0][0]))[:shown]
+    if not top:
+        return ""
+    return " (the most: " + ", ".join(f"{n} for line {line} {text!r}" for (line, text), n in top) + ")"
 
 
 def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
@@ -21,7 +32,7 @@ def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
     elif mops[-1].branch == "none":
         mops[-1].branch, mops[-1].target = "always", "exit"
     if len(mops) > ROM_BLOCKS:
-        raise MachineError(f"kernel {kernel} needs {len(mops)} blocks; the ROM holds {ROM_BLOCKS}")
+        raise MachineError(f"kernel {kernel} needs {len(mops)} blocks; the ROM holds {ROM_BLOCKS}{_costliest(mops)}")
     succ = successors(mops)
     live_in = liveness(mops)
     interference: dict[str, set] = {}
