@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 
 from . import tokens as T
@@ -24,12 +23,19 @@ from .ptx import parse
 from .toolchain import ptx_for
 
 
-def _arguments(text: str | None, count: int) -> list:
-    """--args: ints (pointers are word addresses), or numbers with a point or an exponent for float parameters."""
-    if not text:
-        return [0] * count
-    return [int(v, 0) if re.fullmatch(r"[-+]?(0[xXbBoO])?[0-9a-fA-F]+", v.strip()) else float(v)
-            for v in text.split(",")]
+def _arguments(text: str | None, params: list) -> list:
+    """--args: ints (pointers are word addresses), numbers with a point or an exponent for float parameters, and for
+    a struct passed by value an int read as its little-endian bytes. Without --args every argument is 0."""
+    values = [0] * len(params) if not text else [_number(v) for v in text.split(",")]
+    return [v.to_bytes(p.size, "little") if p.size is not None and isinstance(v, int) and v >= 0 else v
+            for v, p in zip(values, params)] + values[len(params):]
+
+
+def _number(text: str):
+    try:
+        return int(text, 0)
+    except ValueError:
+        return float(text)
 
 
 def _dims(text: str) -> tuple[int, ...]:
@@ -43,12 +49,13 @@ def asm(args) -> int:
     device = Device()
     for name in names:
         kernel = device.load_kernel(args.file, name)
-        values = _arguments(args.args, len(kernel.ptx.params))
+        values = _arguments(args.args, kernel.ptx.params)
         shape, grid = dim3(_dims(args.threads)), dim3(_dims(args.blocks), "blocks", MAX_BLOCKS)
         program = kernel.program(kernel.arguments(values), math.prod(shape), 0, math.prod(grid), args.shared,
                                  **launch_geometry(shape, grid))
         stores = sum(block.stores for block in program.blocks)
-        print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args={values} threads={args.threads} "
+        shown = ", ".join(f"0x{v.hex()}" if isinstance(v, bytes) else str(v) for v in values)
+        print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args=[{shown}] threads={args.threads} "
               f"blocks={args.blocks}: {len(program.blocks)}/{ROM_BLOCKS} ROM blocks, {program.registers}/{REGISTERS} "
               f"registers; a record costs {1 + 2 * LANES} model tokens + 3 per lane that stores "
               f"({stores} of the blocks store); `trace` counts a launch's records")
@@ -60,7 +67,7 @@ def asm(args) -> int:
 def trace(args) -> int:
     device = Device()
     kernel = device.load_kernel(args.file, args.kernel)
-    values = _arguments(args.args, len(kernel.ptx.params))
+    values = _arguments(args.args, kernel.ptx.params)
     threads, blocks = _dims(args.threads), _dims(args.blocks)
     for block in range(math.prod(blocks)):
         start = len(device.tokens)

@@ -633,3 +633,23 @@ def test_the_circuit_writes_the_interpreters_tokens_for_a_2d_block():
     np.testing.assert_array_equal(values, np.arange(6) * 6 - 9)
     np.testing.assert_array_equal(values, ref_values)
     assert circuit == interpreter
+
+
+def test_the_command_line_takes_dim3_sizes_float_and_struct_arguments(capsys):
+    """``python -m qwengpu asm / trace --threads 4x2 --blocks 2x3``, float --args, a struct's default zero bytes:
+    trace's records are those of dev.launch with the same sizes."""
+    from qwengpu.__main__ import main
+    idioms, floats, structs = (str(KERNELS / name) for name in ("idioms.cu", "floats.cu", "structs.cu"))
+    assert main(["asm", idioms, "--kernel", "matrix_add", "--args", "0,40,80,5,7", "--threads", "4x2",
+                 "--blocks", "2x3"]) == 0
+    assert "threads=4x2 blocks=2x3" in capsys.readouterr().out
+    assert main(["asm", floats, "--kernel", "clamp", "--args", "0,16,-1.5,2e0", "--threads", "16"]) == 0
+    assert "args=[0, 16, -1.5, 2.0]" in capsys.readouterr().out
+    assert main(["asm", structs, "--kernel", "window_sum"]) == 0
+    assert "args=[0, 0x" + "00" * 16 + ", 0]" in capsys.readouterr().out
+    assert main(["trace", idioms, "--kernel", "matrix_add", "--args", "0,40,80,3,3", "--threads", "2x2",
+                 "--blocks", "2x2"]) == 0
+    records = [line for line in capsys.readouterr().out.splitlines() if " values=" in line]
+    dev = Device()
+    dev.launch(kernel(dev, "idioms.cu", "matrix_add"), threads=(2, 2), blocks=(2, 2), args=[0, 40, 80, 3, 3])
+    assert len(records) == dev.stats["records"]
