@@ -65,9 +65,11 @@ class Case:
 class Generator:
     """Random kernel bodies over unsigned / int variables v0..v3."""
 
-    def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False):
+    def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
+                 wide: bool = False):
         self.rng = rng
         self.floats = floats    # unsigned expressions may compare, classify or read back float32 expressions
+        self.wide = wide        # unsigned expressions may truncate, shift or compare 64-bit expressions
         self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
         self.shared = False     # leaves may read any thread's shared word (after the first barrier)
         self.narrow = narrow    # leaves also read x's bytes and halfwords at computed indices
@@ -99,9 +101,9 @@ class Generator:
         if depth > 2 or self.rng.random() < 0.3:
             return self.leaf()
         a, b = self.expr(depth + 1), self.expr(depth + 1)
-        kind = int(self.rng.integers(19 if self.floats else 16))
+        kind = int(self.rng.integers(16 + 3 * self.floats + 3 * self.wide))
         if kind >= 16:
-            return self.float_use(depth + 1)
+            return self.float_use(depth + 1) if self.floats and kind < 19 else self.wide_use(depth + 1)
         if kind <= 5:
             op = self.pick(["+", "-", "*", "&", "|", "^"])
             return f"({a} {op} {b})"
@@ -153,6 +155,25 @@ class Generator:
         return self.pick([f"(-{f})", f"fabsf({f})", f"copysignf({f}, {self.float_expr(depth + 1)})",
                           f"fmaxf({pair[0]}, {pair[1]})", f"fminf({pair[0]}, {pair[1]})",
                           f"(({self.expr(3)} & 1u) ? {f} : {g})"])
+
+    def wide_expr(self, depth: int) -> str:
+        """An unsigned long long expression: words widened (zero- or sign-extended), 64-bit arithmetic and shifts."""
+        if depth > 3 or self.rng.random() < 0.35:
+            return self.pick([f"(unsigned long long){self.expr(3)}", f"(unsigned long long)(int){self.expr(3)}",
+                              f"{int(self.rng.integers(0, 1 << 63))}ull", "(unsigned long long)tid"])
+        a, b = self.wide_expr(depth + 1), self.wide_expr(depth + 1)
+        return self.pick([f"({a} + {b})", f"({a} - {b})", f"({a} * {b})", f"({a} & {b})", f"({a} | {b})",
+                          f"({a} ^ {b})", f"(~{a})", f"({a} << ({self.expr(3)} & 63u))",
+                          f"({a} >> {int(self.rng.integers(0, 64))})", f"({a} >> ({self.expr(3)} & 63u))",
+                          f"({self.expr(3)} & 1u ? {a} : {b})"])
+
+    def wide_use(self, depth: int) -> str:
+        """An unsigned expression of 64-bit values: the low word, a shifted-down word, or a comparison."""
+        a, b = self.wide_expr(depth), self.wide_expr(depth)
+        cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
+        return self.pick([f"(unsigned)({a})", f"(unsigned)({a} >> {int(self.rng.integers(1, 64))})",
+                          f"(unsigned)({a} {cmp} {b})", f"(unsigned)((long long)({a}) {cmp} (long long)({b}))",
+                          f"(unsigned)(({a}) % {int(self.rng.integers(1, 20))}ull)"])
 
     def float_use(self, depth: int) -> str:
         """An unsigned expression of float32 values: a comparison, a class, or the bits."""
@@ -319,8 +340,8 @@ def int_arg(v: int) -> str:
 
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
-              floats: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics, floats)
+              floats: bool = False, wide: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats, wide)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -354,7 +375,7 @@ def run_machine(case: Case):
 
 
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
-         narrow: bool = False, atomics: bool = False, floats: bool = False) -> dict:
+         narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits); returns counts (tried, ran, refused by reason), the
@@ -369,7 +390,8 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats) for _ in range(min(batch, programs - done))]
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide)
+                     for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
                 report["tried"] += 1
@@ -418,10 +440,13 @@ def main(argv=None) -> int:
     parser.add_argument("--floats", action="store_true",
                         help="float32 comparisons, classes (isnan, ...), fmaxf / fminf, fabsf, copysignf, negation "
                              "and bits of words read as floats")
+    parser.add_argument("--wide", action="store_true",
+                        help="unsigned long long expressions (widened words, 64-bit arithmetic, shifts, compares) "
+                             "read back as their low word, a shifted word or a comparison")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
-                  atomics=args.atomics, floats=args.floats)
+                  atomics=args.atomics, floats=args.floats, wide=args.wide)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "
           f"internal errors {len(report['internal_errors'])} ({time.time() - start:.0f} s)")

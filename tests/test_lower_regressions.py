@@ -481,3 +481,26 @@ def test_the_fuzzer_counts_an_internal_error_and_goes_on(monkeypatch, capsys):
     seen.clear()
     assert kernel_fuzz.main(["--programs", "3", "--seed", "777", "--shared", "0.5", "--narrow", "--atomics"]) == 1
     assert "internal errors 2" in capsys.readouterr().out
+
+
+WIDENED_ARGUMENT = '''extern "C" __global__ void k(int *out, int s0, int s1) {{
+    out[threadIdx.x] = (int)({expr}); }}'''
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("expr, reference", [
+    # NVRTC reads (long long)s1 as ld.param.s32 into a 64-bit register, which sign-extends: the lowering kept the
+    # parameter's low word with a zero high word, so 64-bit arithmetic on it folded wrong (fuzzer --wide, seed 8).
+    ("(unsigned)(((unsigned long long)(int)(unsigned)s1) % 18ull)", lambda s0, s1: (s1 % 2**64) % 18),
+    ("(unsigned)(signed char)233u << ((unsigned)((unsigned long long)(int)(unsigned)s1 >> 48) & 31u)",
+     lambda s0, s1: -23 << (((s1 % 2**64) >> 48) & 31)),
+    ("(unsigned)((7447386723009024134ull | (unsigned long long)(int)(unsigned)s0) >> 5)",
+     lambda s0, s1: (7447386723009024134 | (s0 % 2**64)) >> 5),
+    ("(unsigned)((long long)s0 * 3 >> 33)", lambda s0, s1: (s0 * 3) >> 33),
+])
+@pytest.mark.parametrize("s0, s1", [(-467568874, -602176600), (1357598101, -127340659), (5, 7)])
+def test_a_signed_argument_widened_to_64_bits_keeps_its_sign(expr, reference, s0, s1):
+    """Python's integers are the reference: the C expression's value, as a 32-bit word."""
+    got = run(WIDENED_ARGUMENT.format(expr=expr), 4, [0, s0, s1], {}, (0, 4))
+    expect = (reference(s0, s1) + 2**31) % 2**32 - 2**31
+    np.testing.assert_array_equal(got, [expect] * 4)

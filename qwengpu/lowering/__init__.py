@@ -181,7 +181,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
     shared_words += local_words * threads
-    context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols, shape, grid)
+    context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols, shape, grid, kernel.registers)
     kernel = merge_latches(layout(kernel))
     cfg = basic_blocks(kernel)
     states = propagate(kernel, cfg, context)

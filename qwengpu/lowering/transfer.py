@@ -47,7 +47,8 @@ def check_integer(inst: Instruction) -> None:
 
 
 def param_value(inst: Instruction, context: Context) -> Const:
-    """A read of a kernel parameter: its bytes at the operand's offset, at the instruction's width."""
+    """A read of a kernel parameter: its bytes at the operand's offset, at the instruction's width, extended to the
+    destination register's (``ld.param.s32 %rd2``, NVRTC's ``(long long)n``, sign-extends into all 64 bits)."""
     mem = inst.operands[1]
     if not isinstance(mem, Mem) or not isinstance(mem.base, str) or mem.base not in context.params:
         raise unsupported(inst, "a parameter is read through its symbol")
@@ -56,7 +57,8 @@ def param_value(inst: Instruction, context: Context) -> Const:
     value = (raw >> (8 * mem.offset)) & ((1 << bits) - 1)
     if signed(inst) and value >> (bits - 1):
         value -= 1 << bits
-    return Const(value & (MASK64 if bits == 64 else MASK32))
+    wide = bits == 64 or context.register_bits(inst.operands[0].name) == 64
+    return Const(value & (MASK64 if wide else MASK32))
 
 
 def _affine(op: str, a, b):

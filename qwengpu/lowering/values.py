@@ -55,6 +55,12 @@ class Context:
     #                                                 (.local: Affine, each thread's copy)
     shape: tuple[int, int, int] | None = None       # the block's (x, y, z) threads (CUDA's blockDim); None: 1-d
     grid: tuple[int, int, int] | None = None        # the grid's (x, y, z) blocks (gridDim); None: 1-d
+    registers: dict = field(default_factory=dict)   # the kernel's declared register types ("%rd" -> "b64")
+
+    def register_bits(self, name: str) -> int:
+        """A register's declared width (by its name's prefix; 32 where the kernel does not say)."""
+        typ = self.registers.get(name.rstrip("0123456789")) or self.registers.get(name, "b32")
+        return 1 if typ == "pred" else int(typ[1:]) if typ[1:].isdigit() else 32
 
     @property
     def block_shape(self) -> tuple[int, int, int]:
