@@ -61,3 +61,16 @@ def test_float_comparisons_classes_and_bits_match_the_host_c_compiler():
                                                  for case, got, want in report["mismatches"])
     assert report["internal_errors"] == [], report["internal_errors"]
     assert report["ran"] >= 60, report["refused"]
+
+
+def test_64_bit_expressions_match_the_host_c_compiler():
+    """--wide: unsigned long long arithmetic on widened words (zero- and sign-extended: seed 8 found a negative
+    argument widened as if it were unsigned), read back as its low word, a shifted word or a comparison. Most of
+    what depends on the high word is refused; what runs must equal gcc. Seed 15's 80 programs hold one that the
+    zero-extended argument got wrong."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(80, seed=15, batch=80, wide=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    assert report["ran"] >= 50, report["refused"]
