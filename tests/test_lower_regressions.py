@@ -504,3 +504,33 @@ def test_a_signed_argument_widened_to_64_bits_keeps_its_sign(expr, reference, s0
     got = run(WIDENED_ARGUMENT.format(expr=expr), 4, [0, s0, s1], {}, (0, 4))
     expect = (reference(s0, s1) + 2**31) % 2**32 - 2**31
     np.testing.assert_array_equal(got, [expect] * 4)
+
+
+SELECT_AFTER_BRANCH_PTX = HEADER + """
+.visible .entry k(.param .u64 k_param_0)
+{
+    .reg .pred %p<3>; .reg .b32 %r<8>; .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [k_param_0];
+    mov.u32 %r1, %tid.x;
+    setp.eq.s32 %p2, %r1, 0;
+    mov.u32 %r6, 58;
+    @%p2 bra $L__skip;
+    selp.u32 %r7, 1, 0, %p2;
+    add.s32 %r6, %r7, %r1;
+    @!%p2 bra $L__skip;
+    selp.u32 %r6, 9, 7, %p2;
+$L__skip:
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r6;
+    ret;
+}
+"""
+
+
+def test_a_select_whose_condition_the_branch_before_it_decided():
+    """NVRTC's selp of p after a branch on p (fuzzer --floats --wide, seed 9): both choices were emitted and the
+    lowering stopped with "internal: emitting under a false predicate"; where the block's predicate decides the
+    condition the select is one move (here 0: tid + 0, and tid 0 keeps 58)."""
+    got = run(SELECT_AFTER_BRANCH_PTX, 6, [0], {}, (0, 6))
+    np.testing.assert_array_equal(got, [58, 1, 2, 3, 4, 5])

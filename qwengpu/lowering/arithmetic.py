@@ -77,6 +77,12 @@ class ArithmeticOps:
         """dst = cond ? first : second, correct when dst is also one of the sources (written last, never read
         after it is overwritten)."""
         atom = Predicate.atom(cond.name)
+        for chosen, other in ((second, atom), (first, ~atom)):
+            if (self.pred & other).never:
+                # The block's own predicate decides the condition (NVRTC's selp of p after a branch on p): one move.
+                if chosen != (dst, 0):
+                    self.emit(MOp("a", chosen, dst=dst))
+                return
         if first == (dst, 0) and second == (dst, 0):
             return
         if first == (dst, 0):
