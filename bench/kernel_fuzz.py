@@ -23,10 +23,13 @@ order, which is the reference's thread order). ``--floats`` adds float32 express
 read as floats, edge literals such as -0.0f, infinities, NaNs and subnormals, negation, fabsf, copysignf, fmaxf,
 fminf, ?:) compared (< <= > >= == !=, negated), classified (isnan, isinf, isfinite, signbit) or read back as
 words; the C side is gcc's IEEE float32 on x86-64 (SSE), with fmaxf / fminf written from PTX's definition (a NaN
-operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), which C leaves open. All three are off by
-default, so a seed's programs stay what they were.
+operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), which C leaves open. ``--wide`` adds
+unsigned long long expressions (words zero- and sign-extended, 64-bit arithmetic, shifts, ?:) read back as their low
+word, a shifted-down word, a comparison or a remainder: the lowering must refuse what depends on the high word and
+run the rest exactly. All four are off by default, so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
+    python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
 
 prints programs tried, run, refused (by reason), mismatches and internal errors; a mismatch prints its source and
 both results, an internal error (any exception but a MachineError refusal or an NVRTC compile error, and the
@@ -378,10 +381,10 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
-    atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits); returns counts (tried, ran, refused by reason), the
-    mismatches and the internal errors (case, the exception's text): a program whose lowering or run raises anything
-    but a refusal is counted and the run goes on with the next. Without ``narrow`` and ``atomics`` a seed gives the
-    same programs as before they existed."""
+    atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
+    ``wide``: 64-bit expressions); returns counts (tried, ran, refused by reason), the mismatches and the internal
+    errors (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted
+    and the run goes on with the next. Without those four a seed gives the same programs as before they existed."""
     from qwengpu.isa import MachineError
     from qwengpu.toolchain import CompileError
     rng = np.random.default_rng(seed)
