@@ -21,9 +21,11 @@ thread's next phase, which is what the barriers mean on a GPU.
 programs' atomics phase use all ten atomics with their old values kept (the machine runs warps in turn and lanes in
 order, which is the reference's thread order). ``--floats`` adds float32 expressions without arithmetic (the words
 read as floats, edge literals such as -0.0f, infinities, NaNs and subnormals, negation, fabsf, copysignf, fmaxf,
-fminf, ?:) compared (< <= > >= == !=, negated), classified (isnan, isinf, isfinite, signbit) or read back as
-words; the C side is gcc's IEEE float32 on x86-64 (SSE), with fmaxf / fminf written from PTX's definition (a NaN
-operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), which C leaves open. ``--wide`` adds
+fminf, ?:, truncf, floorf, ceilf) compared (< <= > >= == !=, negated), classified (isnan, isinf, isfinite,
+signbit), converted to int or unsigned (clamped: out of range is undefined in C) or read back as words; the C side
+is gcc's IEEE float32 on x86-64 (SSE), with what C leaves open written from PTX's definition: fmaxf / fminf (a NaN
+operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), and the canonical NaN out of truncf, floorf
+and ceilf. ``--wide`` adds
 unsigned long long expressions (words zero- and sign-extended, 64-bit arithmetic, shifts, ?:) read back as their low
 word, a shifted-down word, a comparison or a remainder: the lowering must refuse what depends on the high word and
 run the rest exactly. All four are off by default, so a seed's programs stay what they were.
@@ -157,7 +159,7 @@ class Generator:
         pair = self.pick([(f, h), (h, f)])
         return self.pick([f"(-{f})", f"fabsf({f})", f"copysignf({f}, {self.float_expr(depth + 1)})",
                           f"fmaxf({pair[0]}, {pair[1]})", f"fminf({pair[0]}, {pair[1]})",
-                          f"(({self.expr(3)} & 1u) ? {f} : {g})"])
+                          f"(({self.expr(3)} & 1u) ? {f} : {g})", f"{self.pick(['truncf', 'floorf', 'ceilf'])}({f})"])
 
     def wide_expr(self, depth: int) -> str:
         """An unsigned long long expression: words widened (zero- or sign-extended), 64-bit arithmetic and shifts."""
@@ -182,8 +184,12 @@ class Generator:
         """An unsigned expression of float32 values: a comparison, a class, or the bits."""
         f, g = self.float_expr(depth), self.float_expr(depth)
         cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
+        # (int) / (unsigned) of a float out of range is undefined in C, which NVRTC's compiler may use: the fuzzer
+        # converts clamped values (tests/test_floats.py checks PTX's saturation and NaN -> 0 on loaded values).
         return self.pick([f"__float_as_uint({f})", f"(unsigned)({f} {cmp} {g})", f"(unsigned)!({f} {cmp} {g})",
-                          f"(unsigned)({self.pick(['isnan', 'isinf', 'isfinite', 'signbit'])}({f}) != 0)"])
+                          f"(unsigned)({self.pick(['isnan', 'isinf', 'isfinite', 'signbit'])}({f}) != 0)",
+                          f"(unsigned)(int)fminf(fmaxf({f}, -2.0e9f), 2.0e9f)",
+                          f"(unsigned)fminf(fmaxf({f}, 0.0f), 4.0e9f)"])
 
     def statement(self, depth: int = 0) -> str:
         kind = int(self.rng.integers(13))
@@ -280,6 +286,10 @@ static float ptx_max(float a, float b, int is_max) {
   return (is_max ? a > b : a < b) ? a : b; }
 #define fmaxf(a, b) ptx_max((a), (b), 1)
 #define fminf(a, b) ptx_max((a), (b), 0)
+static float ptx_canonical(float f) { return isnan(f) ? __uint_as_float(0x7fffffffu) : f; }
+#define truncf(a) ptx_canonical(truncf(a))
+#define floorf(a) ptx_canonical(floorf(a))
+#define ceilf(a) ptx_canonical(ceilf(a))
 """
 
 

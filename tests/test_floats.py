@@ -262,6 +262,38 @@ def c_argmax(row: np.ndarray) -> int:
     return at
 
 
+def conversion_values() -> np.ndarray:
+    """Edge values, halves and neighbours of the integer limits, and random floats of every scale: 96, three
+    launches of 32."""
+    rng = np.random.default_rng(7)
+    special = np.array([0.3, -0.3, 0.5, -0.5, 2.5, -2.5, 8388607.5, -8388607.5, 16777217.0, 2147483520.0,
+                        -2147483648.0, -2147483904.0, 2147483648.0, 4294967040.0, 4294967296.0, -0.999999, 0.999999],
+                       dtype=np.float32)
+    scaled = (rng.standard_normal(63) * 10.0 ** rng.integers(-3, 11, 63)).astype(np.float32)
+    return np.concatenate([f32(EDGE), special, scaled])
+
+
+def c_conversion(mode: int, v: np.ndarray) -> np.ndarray:
+    """truncf / floorf / ceilf from numpy (a NaN: the canonical NaN, as a GPU's cvt writes it), and PTX's cvt.rzi
+    to s32 / u32: toward zero, saturated to the type's range, a NaN gives 0."""
+    with np.errstate(invalid="ignore"):
+        if mode < 3:
+            rounded = (np.trunc, np.floor, np.ceil)[mode](v).astype(np.float32).view(np.uint32).copy()
+            rounded[np.isnan(v)] = CANONICAL_NAN
+            return rounded
+        lo, hi = (-2.0 ** 31, 2.0 ** 31 - 1) if mode == 3 else (0.0, 2.0 ** 32 - 1)
+        whole = np.clip(np.trunc(v.astype(np.float64)), lo, hi)
+        whole[np.isnan(v)] = 0
+        return (whole.astype(np.int64) % 2 ** 32).astype(np.uint32)
+
+
+@pytest.mark.parametrize("mode", range(5), ids=["truncf", "floorf", "ceilf", "int", "unsigned"])
+def test_conversions_that_are_bit_work(mode):
+    values = conversion_values()
+    got = np.concatenate([launch("to_integer", 32, [values[k:k + 32]], [mode]) for k in range(0, len(values), 32)])
+    np.testing.assert_array_equal(got, c_conversion(mode, values))
+
+
 def test_float4_copy():
     x = f32(EDGE)
     np.testing.assert_array_equal(launch("copy4", 4, [x], outputs=16), EDGE)
@@ -288,7 +320,8 @@ def test_the_circuit_writes_the_interpreters_tokens_for_a_float_comparison_and_m
 @pytest.mark.parametrize("body, named", [
     ("\tadd.f32 %f3, %f1, %f2;", "an add of floats"),
     ("\tfma.rn.f32 %f3, %f1, %f2, %f1;", "a fused multiply-add"),
-    ("\tcvt.rzi.s32.f32 %r9, %f1;", "a conversion"),
+    ("\tcvt.rn.f32.s32 %f3, %r1;", "a conversion that rounds or normalises"),
+    ("\tcvt.rni.s32.f32 %r9, %f1;", "a conversion that rounds or normalises"),
     ("\tmax.ftz.f32 %f3, %f1, %f2;", ".ftz flushes subnormals"),
     ("\tmax.xorsign.abs.f32 %f3, %f1, %f2;", "max.f32 with .xorsign, .abs"),
     ("\tsetp.lt.and.f32 %p1, %f1, %f2, %p2;", "combining operation"),

@@ -104,3 +104,21 @@ extern "C" __global__ void copy4(float4 *y, const float4 *x)
 {
     y[threadIdx.x] = x[threadIdx.x];
 }
+
+// The conversions that are bit work (mode 0..4): truncf, floorf, ceilf, and (int) / (unsigned) of a float (toward
+// zero, saturated, a NaN gives 0: PTX's cvt.rzi).
+extern "C" __global__ void to_integer(int *out, const float *x, int mode)
+{
+    int i = threadIdx.x;
+    float v = x[i];
+    if (mode == 0)
+        out[i] = __float_as_int(truncf(v));
+    else if (mode == 1)
+        out[i] = __float_as_int(floorf(v));
+    else if (mode == 2)
+        out[i] = __float_as_int(ceilf(v));
+    else if (mode == 3)
+        out[i] = (int)v;
+    else
+        out[i] = (int)(unsigned)v;
+}

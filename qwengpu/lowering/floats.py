@@ -16,7 +16,11 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   x's words, worked out here from IEEE's order (``bits_where``): one or two unsigned compares a range, so
   ``x > 0.0f`` costs the machine two ops where two registers cost thirteen.
 
-Arithmetic that rounds (add, sub, mul, fma, div, sqrt, the conversions to and from integers, atomicAdd on a float)
+- ``truncf``, ``floorf``, ``ceilf`` (``cvt.rzi / rmi / rpi .f32.f32``) clear the fraction bits (and move one unit
+  away from zero for floor / ceil); ``(int)x`` and ``(unsigned)x`` (``cvt.rzi.s32 / u32 .f32``) shift the mantissa by
+  the exponent, saturate and make a NaN 0, as PTX says.
+
+Arithmetic that rounds (add, sub, mul, fma, div, sqrt, int to float, rounding to nearest, atomicAdd on a float)
 needs more of the machine's integer ops than the 32-block ROM holds: one float32 add is about a hundred (qccl's float
 reductions run one in four launches of qccl/kernels/fprim.cu). It is refused by name, as are float16 / bfloat16 /
 float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it for ``--use_fast_math``).
@@ -246,7 +250,7 @@ class _Rewriter:
     def rewrite(self, inst: Instruction) -> None:
         self.inst = inst
         floats = _float_types(inst)
-        if floats != ["f32"]:
+        if set(floats) != {"f32"}:
             kinds = ", ".join(f".{t}" for t in floats if t != "f32")
             raise _refuse(inst, f"the machine has no floating point; of the float types only .f32 moves, compares, "
                                 f"min / max, neg / abs / copysign and testp run, not {kinds}")
@@ -435,3 +439,71 @@ class _Rewriter:
         if any(nans):
             return c if nans[0] else x
         return x if COMPARISONS[keeps_first](_total(x), _total(c)) else c
+
+    # -- conversions that need no rounding of a sum: truncf / floorf / ceilf, and (int) / (unsigned) of a float ----
+    def _cvt(self, inst: Instruction) -> None:
+        """cvt.rzi / rmi / rpi .f32.f32 (truncf, floorf, ceilf) and cvt.rzi.s32 / u32 .f32 ((int)x, (unsigned)x):
+        bit work on the exponent and the fraction. Other conversions round a sum or normalise an integer: refused."""
+        mods = [m for m in inst.modifiers if m not in ("sat",)]
+        dst, (x,) = self._operands(inst, 1)
+        if "sat" not in inst.modifiers and mods in (["rzi", "f32", "f32"], ["rmi", "f32", "f32"],
+                                                   ["rpi", "f32", "f32"]):
+            self._round_to_integer(dst, x, mods[0])
+        elif "sat" not in inst.modifiers and mods in (["rzi", "s32", "f32"], ["rzi", "u32", "f32"]):
+            self._to_integer(dst, x, signed=mods[1] == "s32")
+        else:
+            raise _refuse(inst, "the machine has no floating point: a conversion that rounds or normalises "
+                                "(int to float, float to a narrow int, rounding to nearest) needs more integer ops "
+                                "than the 32-block ROM holds; truncf, floorf, ceilf, (int) and (unsigned) of a float "
+                                "run (qwengpu/KERNELS.md)")
+
+    def _exponent_shift(self, magnitude) -> Reg:
+        """150 - exponent: how many of the 23 fraction bits lie below the units (<= 0: none, the float is an
+        integer already; > 23: all, |x| < 1)."""
+        return self.emit("sub.s32", Imm(150), self.emit("shr.u32", magnitude, Imm(23)))
+
+    def _round_to_integer(self, dst: Reg, x, mode: str) -> None:
+        """The float's fraction bits cleared (truncf); floorf / ceilf then add one unit to the magnitude of a
+        negative / positive number that had any (IEEE's magnitudes are ordered words, so the carry runs into the
+        exponent as it should: -1.5 -> -2.0), and |x| < 1 goes to -1.0 / 1.0. A NaN gives the canonical NaN."""
+        magnitude = self.magnitude(x)
+        shift = self.emit("max.s32", self._exponent_shift(magnitude), Imm(0))
+        below_one = self.emit("setp.lt.u32", magnitude, Imm(0x3F800000))
+        keep = self.emit("or.b32", self.emit("shl.b32", Imm(WORD), shift), Imm(SIGN))
+        self.replace_where(keep, Imm(SIGN), below_one)              # |x| < 1: the sign alone (a zero)
+        if mode == "rzi":
+            self.emit("and.b32", x, keep, dst=dst)
+        else:
+            truncated = self.emit("and.b32", x, keep)
+            fraction = self.emit("setp.ne.u32", self.emit("and.b32", x, self.emit("not.b32", keep)), Imm(0))
+            # floorf moves a negative number with a fraction away from zero, ceilf a positive one
+            side = self.emit("setp.lt.s32" if mode == "rmi" else "setp.gt.s32", x, Imm(0))
+            away = self.emit("and.pred", fraction, side)
+            self.emit("selp.b32", self.emit("add.s32", truncated, self.emit("shl.b32", Imm(1), shift)), truncated,
+                      away, dst=dst)
+            one = 0xBF800000 if mode == "rmi" else 0x3F800000     # floorf(-0.3) = -1, ceilf(0.3) = 1
+            self.replace_where(dst, Imm(one), self.emit("and.pred", away, below_one))
+        self.replace_where(dst, Imm(CANONICAL_NAN), self.is_nan(magnitude))
+
+    def _to_integer(self, dst: Reg, x, signed: bool) -> None:
+        """(int)x / (unsigned)x, PTX's cvt.rzi: toward zero, saturated to the type's range, a NaN gives 0. The
+        mantissa with its hidden bit shifted by the exponent (a shift of 32 or more gives 0 on the machine, as in
+        PTX), then the sign."""
+        magnitude = self.magnitude(x)
+        shift = self._exponent_shift(magnitude)
+        mantissa = self.emit("or.b32", self.emit("and.b32", magnitude, Imm(0x007FFFFF)), Imm(0x00800000))
+        up = self.emit("shl.b32", mantissa, self.emit("neg.s32", shift))          # exponent >= 150
+        down = self.emit("shr.u32", mantissa, shift)                                # exponent < 150
+        whole = self.emit("or.b32", up, down)
+        if signed:
+            sign = self.emit("shr.s32", x, Imm(31))
+            self.emit("sub.s32", self.emit("xor.b32", whole, sign), sign, dst=dst)
+            # |x| >= 2^31: INT_MAX, or INT_MIN for a negative x
+            self.replace_where(dst, self.emit("xor.b32", sign, Imm(0x7FFFFFFF)),
+                               self.emit("setp.ge.u32", magnitude, Imm(0x4F000000)))
+        else:
+            negative = self.emit("setp.lt.s32", x, Imm(0))
+            self.emit("mov.b32", whole, dst=dst)
+            self.replace_where(dst, Imm(WORD), self.emit("setp.ge.u32", magnitude, Imm(0x4F800000)))   # >= 2^32
+            self.replace_where(dst, Imm(0), negative)
+        self.replace_where(dst, Imm(0), self.is_nan(magnitude))
