@@ -444,12 +444,11 @@ class _Rewriter:
     def _cvt(self, inst: Instruction) -> None:
         """cvt.rzi / rmi / rpi .f32.f32 (truncf, floorf, ceilf) and cvt.rzi.s32 / u32 .f32 ((int)x, (unsigned)x):
         bit work on the exponent and the fraction. Other conversions round a sum or normalise an integer: refused."""
-        mods = [m for m in inst.modifiers if m not in ("sat",)]
+        mods = inst.modifiers
         dst, (x,) = self._operands(inst, 1)
-        if "sat" not in inst.modifiers and mods in (["rzi", "f32", "f32"], ["rmi", "f32", "f32"],
-                                                   ["rpi", "f32", "f32"]):
+        if mods in (("rzi", "f32", "f32"), ("rmi", "f32", "f32"), ("rpi", "f32", "f32")):
             self._round_to_integer(dst, x, mods[0])
-        elif "sat" not in inst.modifiers and mods in (["rzi", "s32", "f32"], ["rzi", "u32", "f32"]):
+        elif mods in (("rzi", "s32", "f32"), ("rzi", "u32", "f32")):
             self._to_integer(dst, x, signed=mods[1] == "s32")
         else:
             raise _refuse(inst, "the machine has no floating point: a conversion that rounds or normalises "
