@@ -32,15 +32,20 @@ def _arguments(text: str | None, params: list) -> list:
 
 
 def _number(text: str):
-    try:
-        return int(text, 0)
-    except ValueError:
-        return float(text)
+    for read in (lambda t: int(t, 0), float):
+        try:
+            return read(text)
+        except ValueError:
+            pass
+    raise MachineError(f"--args: {text.strip()!r} is not a number (ints, pointers as word addresses, or floats)")
 
 
 def _dims(text: str) -> tuple[int, ...]:
     """--threads / --blocks: CUDA's dim3 as 8, 8x2 or 8x2x2."""
-    return tuple(int(v) for v in text.lower().split("x"))
+    try:
+        return tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise MachineError(f"{text!r} is not a size: give 8, or 8x2 / 8x2x2 (CUDA's dim3)") from None
 
 
 def asm(args) -> int:
@@ -89,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("file", help="a .cu or .ptx file")
         p.add_argument("--kernel", required=name == "trace", help="kernel name (asm: all kernels when omitted)")
-        p.add_argument("--args", help="comma-separated launch arguments (ints; pointers are word addresses)")
+        p.add_argument("--args", help="comma-separated launch arguments (ints, pointers as word addresses; floats for "
+                       "float parameters)")
         p.add_argument("--threads", default="4", help="threads per block: 8, or 8x2 / 8x2x2 (CUDA's dim3)")
         p.add_argument("--blocks", default="1", help="blocks in the grid (run one after another): 2, or 2x3 / 2x3x2")
         p.add_argument("--shared", type=int, default=0,

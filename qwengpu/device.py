@@ -296,17 +296,16 @@ class Device:
         Every block's program is lowered before the first one starts, so a kernel over a limit of the machine
         fails before it touches memory."""
         shape, grid = dim3(threads, "threads", MAX_THREADS), dim3(blocks, "blocks", MAX_BLOCKS)
-        words = kernel.arguments(args)         # checked here; start() converts the same args again per block
+        words = kernel.arguments(args)
         shared = _integer(shared, "shared (bytes of dynamic shared memory)")
-        count = math.prod(grid)
-        for block in range(count):
-            kernel.program(words, math.prod(shape), block, count, shared, **launch_geometry(shape, grid))
+        for block in range(math.prod(grid)):
+            kernel.program(words, math.prod(shape), block, math.prod(grid), shared, **launch_geometry(shape, grid))
         # A failure in a later block puts back what the earlier blocks did too: the grid is one launch.
         before = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
                   list(self.launch_records))
         try:
-            for block in range(count):
-                self._run_block(kernel, shape, args, max_records, block, grid, shared)
+            for block in range(math.prod(grid)):
+                self._run_block(kernel, shape, grid, words, max_records, block, shared)
         except Exception:
             state, length, stats, rom, launch_records = before
             self._backend_restore(state)
@@ -314,9 +313,9 @@ class Device:
             self.stats, self._rom, self.launch_records, self._outbox = stats, rom, launch_records, []
             raise
 
-    def _run_block(self, kernel: Kernel, threads, args, max_records: int, block: int, blocks,
-                   shared: int = 0) -> None:
-        self.start(kernel, threads, args, block=block, blocks=blocks, shared=shared)
+    def _run_block(self, kernel: Kernel, shape: tuple, grid: tuple, words: tuple, max_records: int, block: int,
+                   shared: int) -> None:
+        self._begin(kernel, shape, grid, words, block, shared)
         try:
             records = 0
             while self.busy:
@@ -341,13 +340,15 @@ class Device:
     def start(self, kernel: Kernel, threads, args: Sequence, block: int = 0, blocks=1, shared: int = 0) -> None:
         """Begin a launch (of block ``block``, its linear index, of a grid of ``blocks``; both sizes CUDA's dim3 as
         in launch): feed the program rows that changed and the first warp's header. Writes nothing yet."""
+        self._begin(kernel, dim3(threads, "threads", MAX_THREADS), dim3(blocks, "blocks", MAX_BLOCKS),
+                    kernel.arguments(args), block, _integer(shared, "shared (bytes of dynamic shared memory)"))
+
+    def _begin(self, kernel: Kernel, shape: tuple, grid: tuple, words: tuple, block: int, shared: int) -> None:
+        """start() with its sizes and arguments checked and converted (launch() does so once for its grid)."""
         if self._launch is not None:
             raise MachineError(f"start({kernel.name}): a launch of {self._launch['kernel'].name} is still running")
-        shape, grid = dim3(threads, "threads", MAX_THREADS), dim3(blocks, "blocks", MAX_BLOCKS)
-        threads, blocks = math.prod(shape), math.prod(grid)
-        args = kernel.arguments(args)
-        shared = _integer(shared, "shared (bytes of dynamic shared memory)")
-        program = kernel.program(args, threads, block, blocks, shared, **launch_geometry(shape, grid))
+        threads = math.prod(shape)
+        program = kernel.program(words, threads, block, math.prod(grid), shared, **launch_geometry(shape, grid))
         self._check_supported(kernel, program)
         self._check_reserved(kernel, program)
         self._snapshot = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom))

@@ -215,7 +215,7 @@ def _parse_int(s: str, line: int, text: str) -> int:
     if _FLOAT.match(s):
         kind = "a float64" if s.lstrip("-")[:2] in ("0d", "0D") else "a decimal float"
         raise _err(line, f"float immediate {s} is not supported ({kind} literal: the machine's words are 32 bits, "
-                         "and of floats only float32 literals written 0fXXXXXXXX are read)", text)
+                         "and of floats only float32 literals, 0f and eight hex digits, are read)", text)
     m = _INT.match(s)
     if not m:
         raise _err(line, f"bad integer {s!r}", text)

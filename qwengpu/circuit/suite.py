@@ -210,12 +210,12 @@ def float_streams():
     edge = np.array([0x00000000, 0x80000000, 0x7FC00000, 0xFF800000, 0x00000001, 0xBFC00000, 0x7F800000,
                      0x3FC00000], dtype=np.uint32)
     streams = []
-    for name, args in (("minmax", lambda out, a: [out, a, a + 4, 0]), ("relu", lambda out, a: [out, a, 8])):
+    for name, threads, args in (("minmax", 4, lambda out, a: [out, a, a + 4, 0]),
+                                ("relu", 8, lambda out, a: [out, a, 8])):
         dev = Device()
         out, data = dev.alloc(8), dev.alloc(8)
         dev.write(data, edge.view(np.float32))
-        dev.launch(dev.load_kernel(KERNELS / "floats.cu", name), threads=4 if name == "minmax" else 8,
-                   args=args(out, data))
+        dev.launch(dev.load_kernel(KERNELS / "floats.cu", name), threads=threads, args=args(out, data))
         dev.read(out, 8)
         streams.append((f"floats {name}", dev.tokens))
     return streams
@@ -229,8 +229,8 @@ def kernel_streams(fuzz_seeds: int = 1, idioms: bool = True):
     from .ops import SUPPORTED_OPS
     return [("memory", memory_stream()), ("vadd", vadd_stream()), ("spin", spin_stream()), ("sgd", sgd_stream()),
             *mlp_streams(), *collective_streams(), *collective_streams(3, 3, ops=("avg",), seed=8, others=False),
-            *((("simt loop", simt_loop_stream()), *idiom_streams(), *warp_streams(),
-                                                     *float_streams()) if idioms else ()),
+            *((("simt loop", simt_loop_stream()), *idiom_streams(), *warp_streams(), *float_streams())
+              if idioms else ()),
             *((f"random program {seed}", random_stream(seed, SUPPORTED_OPS)) for seed in range(fuzz_seeds))]
 
 
