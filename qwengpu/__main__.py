@@ -60,8 +60,12 @@ def asm(args) -> int:
                                  **launch_geometry(shape, grid))
         stores = sum(block.stores for block in program.blocks)
         shown = ", ".join(f"0x{v.hex()}" if isinstance(v, bytes) else str(v) for v in values)
+        rom = f"{len(program.blocks)}/{ROM_BLOCKS} ROM blocks"
+        if program.overlays:        # longer than the ROM: qwengpu.lowering.overlays
+            rom = (f"{len(program.blocks)} blocks in {len(program.overlays)} overlays of "
+                   f"{'+'.join(str(count) for _, count in program.overlays)} (the ROM holds {ROM_BLOCKS})")
         print(f"{name}({', '.join(p.name for p in kernel.ptx.params)}) args=[{shown}] threads={args.threads} "
-              f"blocks={args.blocks}: {len(program.blocks)}/{ROM_BLOCKS} ROM blocks, {program.registers}/{REGISTERS} "
+              f"blocks={args.blocks}: {rom}, {program.registers}/{REGISTERS} "
               f"registers; a record costs {1 + 2 * LANES} model tokens + 3 per lane that stores "
               f"({stores} of the blocks store); `trace` counts a launch's records")
         for line in program.listing:

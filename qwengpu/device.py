@@ -352,16 +352,13 @@ class Device:
         self._check_supported(kernel, program)
         self._check_reserved(kernel, program)
         self._snapshot = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom))
-        for row, block in enumerate(program.blocks):
-            words = encode_block(block)
-            if self._rom[row] != words:
-                self._feed_all([T.ROM(row)] + [T.VAL(w) for w in words], T.HOST)
-                self._rom[row] = words
+        self._load_rom(program.rom(0))
         first, count = program.cleared          # a block's resume words start at 0 (a memset: words copied)
         for address in range(first, first + count):
             self._feed_all(T.write_record(address, 0), T.HOST)
         warps = [(base, min(LANES, threads - base)) for base in range(0, threads, LANES)]
-        self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0, "parked": []}
+        self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0, "parked": [],
+                        "overlay": 0}
         self.stats["launches"] += 1
         self._next_warp()
 
@@ -375,14 +372,28 @@ class Device:
                                    f"{first}..{first + count - 1}, and allocation {start}..{start + size - 1} "
                                    f"overlaps them (device memory below word {first} is free for allocations)")
 
+    def _load_rom(self, blocks) -> None:
+        """Feed the program rows that differ from what the ROM holds."""
+        for row, block in enumerate(blocks):
+            words = encode_block(block)
+            if self._rom[row] != words:
+                self._feed_all([T.ROM(row)] + [T.VAL(w) for w in words], T.HOST)
+                self._rom[row] = words
+
     def _park(self, block: int) -> None:
-        """A warp that ended in a parking block (it stopped at __syncthreads) runs again once every warp of the
-        block has ended: the device follows the EXEC the model wrote; the resume point is in the machine's words."""
+        """A warp that ended in a parking block (it stopped at __syncthreads, or left its overlay) runs again once
+        every warp of the block has ended, on the next overlay of a program longer than the ROM (its rows fed
+        first; qwengpu.lowering.overlays): the device follows the EXEC the model wrote and feeds overlays in a fixed
+        order; the resume point is in the machine's words."""
         launch = self._launch
-        if block in launch["program"].barrier_exits:
+        program = launch["program"]
+        if program.parks(launch["overlay"], block):
             launch["parked"].append(launch["warp"])
         if not launch["warps"]:
             launch["warps"], launch["parked"] = launch["parked"], []
+            if launch["warps"] and program.overlays:
+                launch["overlay"] = (launch["overlay"] + 1) % len(program.overlays)
+                self._load_rom(program.rom(launch["overlay"]))
 
     def _check_supported(self, kernel: Kernel, program: Program) -> None:
         """A compiled circuit computes a subset of the ALU: refuse a program outside it before anything is fed."""
@@ -455,7 +466,7 @@ class Device:
     def _spin_wait(self, index: int, next_token: int) -> Wait | None:
         """A record of a spin block (a load and a conditional branch back to itself) that branched back: what it
         waits on, from the block's immediates (the loaded value is not in the stream, so it is None)."""
-        block = self._launch["program"].blocks[index]
+        block = self._launch["program"].block(self._launch["overlay"], index)
         if not (block.load and block.branch in ("nonzero", "zero") and block.target == index
                 and next_token == T.EXEC(index)):
             return None
@@ -466,7 +477,7 @@ class Device:
     def _write_back(self, kernel: Kernel, block: int, header: int) -> tuple[int, int]:
         address = T.argument(header)
         aperture = self.router.route(address) if self.router is not None else None
-        if aperture is not None and self._launch["program"].blocks[block].atomic:
+        if aperture is not None and self._launch["program"].block(self._launch["overlay"], block).atomic:
             raise MachineError(f"kernel {kernel.name}: atomic store to address {address}, which is in aperture "
                                f"{aperture}: QLink routes only plain stores")
         fed = header if aperture is None or aperture.multicast else T.MEM(SINK)

@@ -228,15 +228,19 @@ class Template:
 
     def __post_init__(self):
         self.fits = _test(self.decisions)
-        # what each hole block's listing line says after the block itself (the same for every launch)
-        self.tails = {i: self.traced.listing[i][len(f"b{i:<2} {self.plain[i]}"):] for i in self.holes}
+        # what each hole block's listing line says before and after the block itself (the same for every launch)
+        self.heads, self.tails = {}, {}
+        for i in self.holes:
+            line, block = self.traced.listing[i], str(self.plain[i])
+            self.heads[i] = line[:line.index(block)]
+            self.tails[i] = line[len(self.heads[i]) + len(block):]
 
     def program(self, args) -> Program:
         blocks = list(self.plain)
         listing = list(self.traced.listing)
         for i in self.holes:
             blocks[i] = _fill(self.traced.blocks[i], args)
-            listing[i] = f"b{i:<2} {blocks[i]}" + self.tails[i]
+            listing[i] = self.heads[i] + str(blocks[i]) + self.tails[i]
         return dataclasses.replace(self.traced, blocks=blocks, listing=listing,
                                    reserved=_fill(self.traced.reserved, args),
                                    cleared=_fill(self.traced.cleared, args),

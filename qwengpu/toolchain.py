@@ -1,9 +1,13 @@
 """CUDA C -> PTX, without a GPU or a driver.
 
 The main path is NVRTC, called in-process through ctypes on the libnvrtc.so.13 that the ``nvidia-cuda-nvrtc==13.0.88``
-wheel ships (no driver, no gcc needed; 20-50 ms per kernel). Its PTX is byte-identical to ``nvcc -ptx -arch=sm_90 -O3``
-of CUDA 13.0, so checked-in .ptx files next to each .cu can be reproduced exactly and serve as the fallback where the
-wheel is missing. nvcc and clang-19 are optional cross-checks.
+wheel ships (no driver, no gcc needed; 20-50 ms per kernel). Its PTX is byte-identical to
+``nvcc -ptx -arch=sm_90 -O3 -fmad=false`` of CUDA 13.0, so checked-in .ptx files next to each .cu can be reproduced
+exactly and serve as the fallback where the wheel is missing. nvcc and clang-19 are optional cross-checks.
+
+Every compiler is told not to contract ``a * b + c`` into a fused multiply-add (``--fmad=false``,
+``-ffp-contract=off``): the machine's float arithmetic (qwengpu.lowering.floats) rounds each add and multiply, as a
+numpy float32 replay does, and a fused one needs the exact product, which it does not compute.
 
 Command line: ``python -m qwengpu.toolchain regen FILE.cu ...`` rewrites the .ptx beside each file.
 """
@@ -100,7 +104,7 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
            "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device"]
+        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"--fmad=false"]
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc != 0:
@@ -122,13 +126,13 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
 
 
 def compile_with_nvcc(path) -> str | None:
-    """PTX from ``nvcc -ptx -arch=sm_90 -O3`` for the .cu at ``path``; None when nvcc is not on PATH."""
+    """PTX from ``nvcc -ptx -arch=sm_90 -O3 -fmad=false`` for the .cu at ``path``; None when nvcc is not on PATH."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.ptx"
-        r = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-O3", str(path), "-o", str(out)],
+        r = subprocess.run([nvcc, "-ptx", "-arch=sm_90", "-O3", "-fmad=false", str(path), "-o", str(out)],
                            capture_output=True, text=True)
         if r.returncode != 0:
             raise CompileError(f"nvcc failed on {path}:\n{r.stderr}")
@@ -167,7 +171,7 @@ def compile_with_clang(path) -> str | None:
         hdr.write_text(_CLANG_HEADER)  # __syncthreads is a clang builtin already
         out = Path(tmp) / "out.ptx"
         r = subprocess.run([clang, "-x", "cuda", "--cuda-device-only", "-nocudainc", "-nocudalib",
-                            "--cuda-path=/nonexistent", "--cuda-gpu-arch=sm_90", "-S", "-O3",
+                            "--cuda-path=/nonexistent", "--cuda-gpu-arch=sm_90", "-S", "-O3", "-ffp-contract=off",
                             "-include", str(hdr), str(path), "-o", str(out)],
                            capture_output=True, text=True)
         if r.returncode != 0:

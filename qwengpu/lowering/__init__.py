@@ -32,6 +32,8 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .. import isa
 from ..isa import MachineError
 from .barriers import expand, state_slots
@@ -39,9 +41,10 @@ from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
 from .floats import as_integers
 from .fuse import fuse
-from .mop import Program
+from .mop import MOp, Program
+from .overlays import split
 from .propagate import propagate
-from .regalloc import allocate
+from .regalloc import DoesNotFit, allocate, check_uniform_branches
 from .transfer import WARP_INSTRUCTIONS
 from .warp import EXCHANGE
 from ..ptx import Instruction, Mem, Reg
@@ -197,9 +200,58 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
                            f"memory has {isa.USABLE_WORDS} words")
     base = isa.SINK - words
     mops, _ = expand(mops, threads, base)
-    program = allocate(kernel.name, fuse(mops), emitter.barrier)
+    try:
+        try:
+            program = allocate(kernel.name, fuse([_copy(m) for m in mops]), emitter.barrier)
+        except DoesNotFit:
+            program = allocate(kernel.name, fuse([_copy(m) for m in mops]), emitter.barrier, precise=True)
+    except DoesNotFit as error:
+        if slots:
+            raise MachineError(f"{error}; a kernel of several warps that waits at __syncthreads must fit the ROM "
+                               "(overlays would let a warp run past a barrier before another reached it)") from None
+        return _overlaid(kernel.name, str(error), mops, threads, shared_words, local_words, emitter.barrier)
     if words:
         program.reserved = (base, words)
     if slots:
         program.cleared = (base, threads)
+    return program
+
+
+def _copy(mop: MOp) -> MOp:
+    return dataclasses.replace(mop, labels=set(mop.labels))
+
+
+def _fits(ops: list[MOp]) -> bool:
+    try:
+        allocate("", fuse([_copy(m) for m in ops]), False, precise=True)
+    except DoesNotFit:
+        return False
+    return True
+
+
+def _overlaid(name: str, why: str, mops: list[MOp], threads: int, shared_words: int, local_words: int,
+              barrier: bool) -> Program:
+    """A program longer than the ROM as overlays (qwengpu.lowering.overlays), their state in the words below the
+    __shared__ and .local arrays."""
+    check_uniform_branches(name, mops)          # on the whole program: a register reloaded at a cut looks uniform
+    overlays = split(why, mops, threads, _fits)
+    words = shared_words + overlays.slots * threads
+    if words > isa.USABLE_WORDS:
+        local = f", {local_words * threads} of .local arrays ({local_words} a thread)" if local_words else ""
+        raise MachineError(f"kernel {name} with {threads} threads needs {words} words of block memory "
+                           f"({shared_words - local_words * threads} of __shared__ arrays{local}, "
+                           f"{overlays.slots * threads} to keep {overlays.slots - 1} registers and a resume word per "
+                           f"thread across the cuts between its {len(overlays.bounds) - 1} overlays: it needs more "
+                           f"than the {isa.ROM_BLOCKS}-block ROM); memory has {isa.USABLE_WORDS} words")
+    base = isa.SINK - words
+    parts = [allocate(name, fuse(ops), barrier, precise=True) for ops in overlays.programs(base)]
+    blocks, listing, exits, spans = [], [], set(), []
+    for k, part in enumerate(parts):
+        spans.append((len(blocks), len(part.blocks)))
+        exits |= {len(blocks) + row for row in part.barrier_exits}
+        listing += [f"{line}    [overlay {k}]" for line in part.listing]
+        blocks += part.blocks
+    program = Program(name, blocks, max(part.registers for part in parts), barrier, listing)
+    program.barrier_exits, program.overlays = frozenset(exits), tuple(spans)
+    program.reserved, program.cleared = (base, words), (base, threads)
     return program

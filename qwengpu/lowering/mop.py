@@ -32,6 +32,25 @@ class Program:
     reserved: tuple = (0, 0)
     cleared: tuple = (0, 0)
     barrier_exits: frozenset = frozenset()
+    # A program longer than the ROM (qwengpu.lowering.overlays): the (first block, count) of each overlay in
+    # ``blocks``, whose branch targets are rows of its own; a warp that parks leaves for the next overlay. Empty when
+    # the program is one ROM's worth. ``barrier_exits`` indexes ``blocks``.
+    overlays: tuple = ()
+
+    def rom(self, overlay: int = 0) -> list[Block]:
+        """The blocks one overlay puts in the ROM (rows 0..)."""
+        if not self.overlays:
+            return self.blocks
+        first, count = self.overlays[overlay]
+        return self.blocks[first:first + count]
+
+    def block(self, overlay: int, row: int) -> Block:
+        """The block at ROM row ``row`` while overlay ``overlay`` is loaded."""
+        return self.blocks[(self.overlays[overlay][0] if self.overlays else 0) + row]
+
+    def parks(self, overlay: int, row: int) -> bool:
+        """Whether a warp that ends at this row parks (runs again) rather than exits."""
+        return (self.overlays[overlay][0] if self.overlays else 0) + row in self.barrier_exits
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..isa import EXIT, NONE, REGISTERS, ROM_BLOCKS, TID, Block, MachineError, Operand
-from .barriers import live_in as liveness, successors
+from .barriers import live_in as liveness, observed_keeps, successors
 from .mop import MOp, Program
 
 
@@ -25,16 +25,24 @@ def _costliest(mops: list[MOp], shown: int = 3) -> str:
     return " (the most: " + ", ".join(f"{n} for line {line} {text!r}" for (line, text), n in top) + ")"
 
 
-def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
-    """Give virtual registers machine registers (liveness over the block graph), then build the ROM blocks."""
+class DoesNotFit(MachineError):
+    """A program needs more ROM blocks or registers than the machine has (the lowering then cuts it into
+    overlays: qwengpu.lowering.overlays)."""
+
+
+def allocate(kernel: str, mops: list[MOp], barrier: bool, precise: bool = False) -> Program:
+    """Give virtual registers machine registers (liveness over the block graph), then build the ROM blocks.
+    ``precise``: a predicated op keeps its destination's old value alive only where a later op may read it on the
+    lanes it skipped (``barriers.observed_keeps``), so an if-converted body's temporaries can share registers; the
+    lowering asks for it when a program does not fit otherwise (the programs that fit are left as they were)."""
     if not mops or mops[-1].branch != "none" and mops[-1].branch != "always":
         mops.append(MOp("a", branch="always", target="exit", text="exit"))
     elif mops[-1].branch == "none":
         mops[-1].branch, mops[-1].target = "always", "exit"
     if len(mops) > ROM_BLOCKS:
-        raise MachineError(f"kernel {kernel} needs {len(mops)} blocks; the ROM holds {ROM_BLOCKS}{_costliest(mops)}")
+        raise DoesNotFit(f"kernel {kernel} needs {len(mops)} blocks; the ROM holds {ROM_BLOCKS}{_costliest(mops)}")
     succ = successors(mops)
-    live_in = liveness(mops)
+    live_in = liveness(mops, observed_keeps(mops) if precise else None)
     interference: dict[str, set] = {}
     for i, mop in enumerate(mops):
         out = set().union(*(live_in[s] for s in succ[i])) if succ[i] else set()
@@ -57,7 +65,7 @@ def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
         color[reg] = free
     needed = max(color.values(), default=-1) + 1
     if needed > REGISTERS:
-        raise MachineError(f"kernel {kernel} needs {needed} registers per lane; the machine has {REGISTERS}")
+        raise DoesNotFit(f"kernel {kernel} needs {needed} registers per lane; the machine has {REGISTERS}")
 
     def operand(source, imm=0) -> Operand:
         if source is None:
@@ -78,13 +86,13 @@ def allocate(kernel: str, mops: list[MOp], barrier: bool) -> Program:
             branch=mop.branch, target=target)
         blocks.append(block)
         listing.append(f"b{i:<2} {block}    ; line {mop.line}: {mop.text}" if mop.line else f"b{i:<2} {block}")
-    _check_uniform_branches(kernel, mops)
+    check_uniform_branches(kernel, mops)
     program = Program(kernel, blocks, needed, barrier, listing)
     program.barrier_exits = frozenset(i for i, mop in enumerate(mops) if mop.parks)
     return program
 
 
-def _check_uniform_branches(kernel: str, mops: list[MOp]) -> None:
+def check_uniform_branches(kernel: str, mops: list[MOp]) -> None:
     """A real branch must see the same value on every lane: refuse one whose condition depends on the thread."""
     divergent: set[str] = set()
     changed = True

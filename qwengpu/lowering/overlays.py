@@ -1,0 +1,223 @@
+"""Programs longer than the ROM: overlays, each a program of at most 32 blocks, run one after another.
+
+The ROM holds 32 blocks, and one float32 add is about a hundred integer ops. A program that does not fit is cut
+into *overlays*: contiguous runs of the op list, each lowered on its own (fusion, registers) into at most 32 blocks.
+A warp leaves an overlay as it leaves a barrier (qwengpu.lowering.barriers): it stores the registers still needed
+(one word per thread and register) and the number of the point it goes on from (its resume word), and ends in a
+parking block. The device runs the launch in rounds: every warp of the block on overlay 0, then the warps that
+parked on overlay 1 (its rows fed into the ROM as program tokens, as at a launch), then 2, and round again to 0,
+until no warp parks. Each overlay starts with a dispatch that reads the resume word: a point in this overlay
+reloads the registers and goes on there; a point elsewhere parks again at once, state untouched. So a branch may go
+from any overlay to any other, a loop around a cut included (each trip then costs a round of ROM feeds). The device
+only follows the model's control tokens and feeds rows in a fixed order; every value, the resume points included,
+is computed and stored by the machine.
+
+The cuts: from each overlay's first op, the longest run whose program fits (blocks and registers), by bisection.
+
+Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
+
+    overlay 0:  [resume word != 0 -> R] body [exits] R: [entries] [park] [reloads]
+    overlay k:  [entries] [park] [reloads] body [exits]
+    entry:  resume word == id(p) -> reload(p)        reload: the kept registers loaded back, then a jump to p
+    exit:   the kept registers stored, id(p) into the resume word, park (an edge from the body to a point p elsewhere)
+
+A kernel of several warps that also waits at __syncthreads must fit the ROM: rounds of overlays would let a warp
+run past a barrier before another reached it.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+
+from ..isa import MachineError
+from .barriers import defined_in, live_in, observed_keeps
+from .mop import MOp
+
+__all__ = ["split", "Overlays"]
+
+
+@dataclasses.dataclass
+class Overlays:
+    """Where a program is cut (``bounds``: each overlay's first op, then the end) and the words per thread the
+    overlays' state takes (the resume word and the most registers kept across one edge)."""
+    bounds: list[int]
+    slots: int
+    cutter: "_Cutter"
+
+    def programs(self, base: int) -> list[list[MOp]]:
+        """Each overlay's ops (over virtual registers, before fusion), its state from word ``base`` on."""
+        return self.cutter.programs(self.bounds, base)[0]
+
+
+def _copy(mop: MOp) -> MOp:
+    return dataclasses.replace(mop, labels=set(mop.labels))
+
+
+def _jumps(mop: MOp) -> bool:
+    return mop.branch != "none" and mop.target != "exit"
+
+
+class _Layout:
+    """Ops with branches to named places, resolved to indices once every place is known."""
+
+    def __init__(self):
+        self.ops: list[MOp] = []
+        self.places: dict = {}
+        self.branches: list[tuple[int, object]] = []
+
+    def place(self, key) -> None:
+        self.places[key] = len(self.ops)
+
+    def add(self, mop: MOp, to=None) -> None:
+        if to is not None:
+            mop.target = "overlay"
+            self.branches.append((len(self.ops), to))
+        self.ops.append(mop)
+
+    def resolve(self) -> list[MOp]:
+        for i, key in self.branches:
+            self.ops[i].target_index = self.places[key]
+        for _, key in self.branches:
+            if self.places[key] < len(self.ops):
+                self.ops[self.places[key]].labels.add("overlay")     # a branch target: fusion keeps it a block start
+        return self.ops
+
+
+class _Cutter:
+    """The program's edges across cuts and what each resume point keeps, for one list of cuts."""
+
+    def __init__(self, mops: list[MOp], threads: int):
+        self.mops, self.threads, self.base = mops, threads, 0
+        self.cycles = False         # overlay 0 may be entered again (set when a later cut makes a loop cross one)
+        live, defined = live_in(mops, observed_keeps(mops)), defined_in(mops)
+        self.kept = [sorted(live[i] & defined[i]) for i in range(len(mops))]
+
+    @property
+    def resume_word(self) -> tuple:
+        return ("tid", self.base)
+
+    def targets(self, bounds: list[int]) -> list[int]:
+        """The ops entered across a cut: a branch's target in another overlay, or the op after a cut that the op
+        before it falls through to."""
+        n = len(self.mops)
+        found = set()
+        for i, mop in enumerate(self.mops):
+            here = bisect.bisect_right(bounds, i) - 1
+            if _jumps(mop) and mop.target_index < n and not bounds[here] <= mop.target_index < bounds[here + 1]:
+                found.add(mop.target_index)
+            if i + 1 == bounds[here + 1] and i + 1 < n and mop.branch != "always":
+                found.add(i + 1)
+        return sorted(found)
+
+    def overlay(self, start: int, stop: int, ids: dict[int, int], cycles: bool) -> list[MOp]:
+        """The ops of the overlay holding ops start..stop-1; ``ids``: every resume point's number."""
+        n, layout = len(self.mops), _Layout()
+        mine = [t for t in ids if start <= t < stop]
+        note = dict(line=0, text="")
+
+        def entries_and_reloads():
+            for t in mine:
+                layout.add(MOp("eq", self.resume_word, (None, ids[t]), load=True, branch="nonzero", restore=True,
+                               text=f"overlay: resume at point {ids[t]}"), to=("reload", t))
+            layout.add(MOp("a", branch="always", target="exit", parks=True, text="overlay: resume elsewhere"))
+            for t in sorted(mine, key=lambda t: t == start):      # the overlay's first op last: it falls through
+                layout.place(("reload", t))
+                for j, reg in enumerate(self.kept[t], start=1):
+                    layout.add(MOp("a", ("tid", self.base + j * self.threads), dst=reg, load=True, restore=True,
+                                   **note))
+                if t != start or start == 0:
+                    layout.add(MOp("a", branch="always", **note), to=("op", t))
+
+        if start == 0:
+            if cycles:
+                layout.add(MOp("ne", self.resume_word, (None, 0), load=True, branch="nonzero", restore=True,
+                               text="overlay: resumed"), to=("entries",))
+        else:
+            entries_and_reloads()
+        exits = []
+        for i in range(start, stop):
+            mop = _copy(self.mops[i])
+            layout.place(("op", i))
+            if _jumps(mop):
+                t = mop.target_index
+                if t >= n:
+                    mop.target, mop.target_index = "exit", None      # a branch to the end: the warp exits
+                    layout.add(mop)
+                elif start <= t < stop:
+                    layout.add(mop, to=("op", t))
+                else:
+                    layout.add(mop, to=("exit", t))
+                    exits.append(t)
+            else:
+                layout.add(mop)
+        last = self.mops[stop - 1]
+        if stop < n and last.branch != "always":
+            exits.insert(0, stop)                   # falls through into its exit
+        elif last.branch != "always" and (exits or (start == 0 and cycles)):
+            layout.add(MOp("a", branch="always", target="exit", text="exit"))     # the end, before what follows
+        for t in dict.fromkeys(exits):
+            layout.place(("exit", t))
+            for j, reg in enumerate(self.kept[t], start=1):
+                layout.add(MOp("a", (reg, 0), store=("tid", self.base + j * self.threads), **note))
+            layout.add(MOp("a", (None, ids[t]), store=self.resume_word, branch="always", target="exit", parks=True,
+                           text=f"overlay: leave for point {ids[t]}"))
+        if start == 0 and cycles:
+            layout.place(("entries",))
+            entries_and_reloads()
+        return layout.resolve()
+
+    def programs(self, bounds: list[int], base: int = 0) -> tuple[list[list[MOp]], int]:
+        """The overlays' ops for these cuts, their state from word ``base``, and the words per thread it takes."""
+        self.base = base
+        targets = self.targets(bounds)
+        ids = {t: k for k, t in enumerate(targets, start=1)}
+        cycles = self.cycles or any(t < bounds[1] for t in targets) or any(
+            _jumps(m) and m.target_index < i and bisect.bisect_right(bounds, m.target_index)
+            != bisect.bisect_right(bounds, i) for i, m in enumerate(self.mops))
+        programs = [self.overlay(a, b, ids, cycles) for a, b in zip(bounds, bounds[1:])]
+        slots = 1 + max((len(self.kept[t]) for t in targets), default=0)
+        return programs, slots
+
+
+def split(why: str, mops: list[MOp], threads: int, fits) -> Overlays:
+    """Cut ``mops`` into overlays whose programs ``fits`` accepts (it lowers a copy and returns whether the blocks
+    and registers fit). A run of one op that does not fit is an error: ``why`` (the whole program's) and that op."""
+    cutter = _Cutter(mops, threads)
+    bounds = _cuts(why, cutter, fits)
+    programs, slots = cutter.programs(bounds)
+    if not fits(programs[0]):
+        # overlay 0 was sized before a later cut put a loop across one, which gives it a dispatch: cut again with it
+        cutter.cycles = True
+        bounds = _cuts(why, cutter, fits)
+        programs, slots = cutter.programs(bounds)
+    return Overlays(bounds, slots, cutter)
+
+
+def _cuts(why: str, cutter: _Cutter, fits) -> list[int]:
+    """From each overlay's first op, the longest run whose program fits."""
+    mops = cutter.mops
+    n = len(mops)
+    bounds = [0]
+    while bounds[-1] < n:
+        start = bounds[-1]
+
+        def good(stop: int) -> bool:
+            programs, _ = cutter.programs(bounds + [stop] + ([n] if stop < n else []))
+            return fits(programs[len(bounds) - 1])
+
+        if not good(start + 1):
+            mop = mops[start]
+            kept = max(len(cutter.kept[start]), len(cutter.kept[start + 1]) if start + 1 < len(mops) else 0)
+            raise MachineError(f"{why}; cut into overlays, the op for line {mop.line} ({mop.text}) does not fit one "
+                               f"with the loads and stores of the {kept} registers live across it")
+        lo, hi = start + 1, n           # good(lo); find the largest good stop
+        if good(hi):
+            lo = hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if good(mid):
+                lo = mid
+            else:
+                hi = mid
+        bounds.append(lo)
+    return bounds

@@ -1,0 +1,190 @@
+"""Programs longer than the 32-block ROM run as overlays (qwengpu.lowering.overlays), checked against Python's
+integers: straight-line code, a loop around a cut, a uniform branch across cuts both ways, several warps and a
+grid, the specializer's reuse, the circuit writing the interpreter's tokens, and the refusals that remain."""
+import re
+
+import numpy as np
+import pytest
+
+from qwengpu.device import Device
+from qwengpu.isa import MachineError, ROM_BLOCKS
+
+M = 0xFFFFFFFF
+
+SOURCE = r'''
+extern "C" __global__ void mix(unsigned *y, const unsigned *x, int n) {
+    int i = threadIdx.x;
+    if (i < n) {
+        unsigned v = x[i];
+        v ^= v >> 7; v *= 0x9E3779B1u; v ^= __popc(v) << 3; v += __clz(v | 1);
+        v ^= v >> 11; v *= 0x85EBCA6Bu; v ^= __popc(v ^ 0x5555) << 5; v += __brev(v) >> 9;
+        y[i] = v;
+    }
+}
+extern "C" __global__ void rounds(unsigned *y, const unsigned *x, int k) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned v = x[i];
+    for (int j = 0; j < k; j++) {
+        v ^= v >> 7; v *= 0x9E3779B1u; v ^= __popc(v) << 3; v += __clz(v | 1);
+        v ^= v >> 11; v *= 0x85EBCA6Bu; v ^= __popc(v ^ 0x5555) << 5;
+    }
+    y[i] = v;
+}
+extern "C" __global__ void choose(unsigned *y, const unsigned *x, const volatile int *flag) {
+    int i = threadIdx.x;
+    unsigned v = x[i];
+    if (*flag > 5) {
+        v ^= __popc(v * 3u) << 1; v ^= __popc(v + 7u) << 9; v ^= __popc(v ^ 0xf0f0u) << 17;
+    } else {
+        v += __popc(v * 5u) << 2; v += __popc(v - 3u) << 11; v += __popc(v | 0x0ff0u) << 20;
+    }
+    y[i] = v;
+}
+'''
+
+
+def popc(v):
+    return bin(v).count("1")
+
+
+def clz(v):
+    return 32 - v.bit_length()
+
+
+def brev(v):
+    return int(f"{v:032b}"[::-1], 2)
+
+
+def mix(v):
+    v ^= v >> 7; v = v * 0x9E3779B1 & M; v ^= popc(v) << 3; v = (v + clz(v | 1)) & M          # noqa: E702
+    v ^= v >> 11; v = v * 0x85EBCA6B & M; v ^= popc(v ^ 0x5555) << 5                          # noqa: E702
+    return (v + (brev(v) >> 9)) & M
+
+
+def rounds(v, k):
+    for _ in range(k):
+        v ^= v >> 7; v = v * 0x9E3779B1 & M; v ^= popc(v) << 3; v = (v + clz(v | 1)) & M      # noqa: E702
+        v ^= v >> 11; v = v * 0x85EBCA6B & M; v ^= popc(v ^ 0x5555) << 5                      # noqa: E702
+    return v
+
+
+def choose(v, flag):
+    if flag > 5:
+        v ^= popc(v * 3 & M) << 1; v ^= popc(v + 7 & M) << 9; v ^= popc(v ^ 0xF0F0) << 17      # noqa: E702
+        return v & M
+    v = v + (popc(v * 5 & M) << 2) & M; v = v + (popc(v - 3 & M) << 11) & M                    # noqa: E702
+    return v + (popc(v | 0x0FF0) << 20) & M
+
+
+def words(n, seed=1):
+    return np.random.default_rng(seed).integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+
+
+def overlays_of(program):
+    """Each overlay's blocks, checked to fit the ROM."""
+    assert len(program.overlays) > 1
+    assert sum(count for _, count in program.overlays) == len(program.blocks)
+    assert all(count <= ROM_BLOCKS for _, count in program.overlays)
+    return program.overlays
+
+
+@pytest.mark.parametrize("threads", [4, 6, 8])
+def test_straight_line_code_longer_than_the_rom(threads):
+    dev = Device()
+    kernel = dev.load_kernel(SOURCE, "mix")
+    y, x = dev.alloc(8), dev.alloc(8)
+    data = words(8)
+    dev.write(x, data)
+    n = threads - 1                 # the last thread skips the body
+    overlays_of(kernel.program(kernel.arguments([y, x, n]), threads))
+    dev.launch(kernel, threads=threads, args=[y, x, n])
+    got = dev.read(y, 8).astype(np.uint32)
+    assert list(got[:n]) == [mix(int(v)) for v in data[:n]]
+    assert not got[n:].any()
+
+
+@pytest.mark.parametrize("trips", [0, 1, 3])
+def test_a_loop_around_the_cuts_over_a_grid(trips):
+    """The loop's body spans overlays: each trip goes round the overlays again (a grid of 2 blocks of 6 threads,
+    so the second warp of each block is part full)."""
+    dev = Device()
+    kernel = dev.load_kernel(SOURCE, "rounds")
+    y, x = dev.alloc(12), dev.alloc(12)
+    data = words(12, seed=2)
+    dev.write(x, data)
+    program = kernel.program(kernel.arguments([y, x, trips]), 6, 1, 2)
+    if trips:                               # no trips: the loop folds away and the program fits
+        overlays_of(program)
+    dev.launch(kernel, threads=6, blocks=2, args=[y, x, trips])
+    assert list(dev.read(y, 12).astype(np.uint32)) == [rounds(int(v), trips) for v in data]
+
+
+@pytest.mark.parametrize("flag", [9, 2])
+def test_a_uniform_branch_across_cuts(flag):
+    dev = Device()
+    kernel = dev.load_kernel(SOURCE, "choose")
+    y, x, f = dev.alloc(4), dev.alloc(4), dev.alloc(1)
+    data = words(4, seed=3)
+    dev.write(x, data)
+    dev.write(f, [flag])
+    dev.launch(kernel, threads=4, args=[y, x, f])
+    assert list(dev.read(y, 4).astype(np.uint32)) == [choose(int(v), flag) for v in data]
+
+
+def test_the_specializer_reuses_an_overlaid_program_for_new_pointers():
+    dev = Device()
+    kernel = dev.load_kernel(SOURCE, "mix")
+    dev.alloc(4)                            # (a pointer 0 is a decision of its own: x + 0 folds)
+    y1, x1, y2, x2 = dev.alloc(4), dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    dev.write(x1, words(4, 4))
+    dev.write(x2, words(4, 5))
+    for y, x in ((y1, x1), (y2, x2)):
+        dev.launch(kernel, threads=4, args=[y, x, 4])
+    assert kernel.lowerings == 1
+    for y, x in ((y1, x1), (y2, x2)):
+        assert list(dev.read(y, 4).astype(np.uint32)) == [mix(int(v)) for v in dev.read(x, 4).astype(np.uint32)]
+    # the reused program is the one a fresh lowering gives
+    from qwengpu.lowering import lower
+    fresh = lower(kernel.ptx, list(kernel.arguments([y2, x2, 4])), 4)
+    reused = kernel.program(kernel.arguments([y2, x2, 4]), 4)
+    assert (reused.blocks, reused.overlays, reused.listing) == (fresh.blocks, fresh.overlays, fresh.listing)
+
+
+def test_the_circuit_writes_the_interpreters_tokens_across_overlays():
+    """A loop around the cuts, one trip: the ROM rows fed between rounds and the parks are the same tokens."""
+    def run(backend):
+        dev = Device(backend=backend)
+        y, x = dev.alloc(4), dev.alloc(4)
+        dev.write(x, words(4, 6))
+        dev.launch(dev.load_kernel(SOURCE, "rounds"), threads=4, args=[y, x, 1])
+        return dev.read(y, 4).astype(np.uint32), [(t.id, t.origin) for t in dev.tokens]
+    (values, circuit), (ref_values, interpreter) = run("circuit"), run("interpreter")
+    assert list(values) == [rounds(int(v), 1) for v in words(4, 6)]
+    np.testing.assert_array_equal(values, ref_values)
+    assert circuit == interpreter
+
+
+def test_a_kernel_of_several_warps_with_a_barrier_must_fit_the_rom():
+    """Rounds of overlays would let a warp pass a barrier before another reached it: refused, and the message
+    still names where the blocks go."""
+    source = ('extern "C" __global__ void counts(unsigned *x, unsigned *y) { __shared__ unsigned s[8]; '
+              's[threadIdx.x] = __popc(x[0]) ^ __popc(x[1] * 3u) ^ __popc(x[2] + 7u); __syncthreads(); '
+              'y[threadIdx.x] = s[7 - threadIdx.x]; }')
+    dev = Device()
+    with pytest.raises(MachineError) as error:
+        dev.launch(dev.load_kernel(source, "counts"), threads=8, args=[0, 8])
+    message = str(error.value)
+    assert re.search(r"the ROM holds 32 \(the most: 1\d for line \d+ 'popc\.b32 [^']*', 1\d for line \d+ "
+                     r"'popc\.b32 [^']*', 1\d for line \d+ 'popc\.b32 [^']*'\); a kernel of several warps that "
+                     r"waits at __syncthreads must fit the ROM", message), message
+
+
+def test_the_overlay_state_words_are_kept_from_allocations():
+    dev = Device()
+    kernel = dev.load_kernel(SOURCE, "rounds")
+    program = kernel.program(kernel.arguments([0, 4, 2]), 4)
+    first, count = program.reserved
+    assert count >= 4 * 2                   # a resume word and at least one register a thread
+    dev.alloc(4, at=first)
+    with pytest.raises(MachineError, match=rf"words {first}\.\.{first + count - 1}"):
+        dev.launch(kernel, threads=4, args=[0, 4, 2])
