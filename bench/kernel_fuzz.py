@@ -370,7 +370,7 @@ def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = Fals
 def classify(error: Exception) -> str:
     text = str(error)
     for key in ("blocks; the ROM holds", "registers per lane", "words of block memory", "floating point", "divergent", "not a whole number",
-                "holds an address", "mul.hi", "depends on the high word", "unsupported PTX"):
+                "holds an address", "overlaps them", "mul.hi", "depends on the high word", "unsupported PTX"):
         if key in text:
             return key
     return text.split(":")[0][:60]
@@ -380,6 +380,9 @@ def run_machine(case: Case):
     """The interpreter's out[] for a case, or the MachineError that refused it."""
     from qwengpu import Device
     dev = Device()
+    # allocated, so a program whose block memory (shared arrays, barrier or overlay state) would cover them is refused
+    dev.alloc(len(case.out), at=OUT)
+    dev.alloc(len(case.x), at=X)
     dev.write(X, np.array(case.x, dtype=np.int64))
     dev.write(OUT, np.array(case.out, dtype=np.int64))
     kernel = dev.load_kernel(cuda_source(case.body, case.phases), "k")

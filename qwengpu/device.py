@@ -363,12 +363,13 @@ class Device:
         self._next_warp()
 
     def _check_reserved(self, kernel: Kernel, program: Program) -> None:
-        """A block's __shared__ arrays and barrier state take the top words of memory: refuse a launch whose words
-        an allocation holds, before anything is fed."""
+        """A block's __shared__ arrays and barrier or overlay state take the top words of memory: refuse a launch
+        whose words an allocation holds, before anything is fed."""
         first, count = program.reserved
         for start, size in sorted(self._allocations.items()):
             if count and start < first + count and first < start + size:
-                raise MachineError(f"kernel {kernel.name} keeps its __shared__ arrays and barrier state in words "
+                state = "overlay" if program.overlays else "barrier"
+                raise MachineError(f"kernel {kernel.name} keeps its __shared__ arrays and {state} state in words "
                                    f"{first}..{first + count - 1}, and allocation {start}..{start + size - 1} "
                                    f"overlaps them (device memory below word {first} is free for allocations)")
 

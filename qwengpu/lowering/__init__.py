@@ -18,9 +18,12 @@ The stages, one module each, run in this order:
                                  (the registers live across it kept in the block's words).
 4. ``fuse.fuse``                 packs a load into its consumer, a store or a branch into the op computing its value.
 5. ``regalloc.allocate``         virtual registers onto the 15 machine registers; the ROM blocks.
+5b. ``overlays.split``           a program that does not fit is cut into overlays of at most 32 blocks each, a warp
+                                 leaving one as it leaves a barrier (fusion and allocation run on each).
 
-Limits are errors that name the value and the limit: more than 32 blocks, more than 15 registers, an unsupported
-instruction (with its text and line), wrong launch arguments.
+Limits are errors that name the value and the limit: more than 15 registers live at one op, a kernel of several
+warps with __syncthreads longer than the ROM, an unsupported instruction (with its text and line), wrong launch
+arguments.
 
 Example::
 

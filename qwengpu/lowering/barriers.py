@@ -96,6 +96,10 @@ def observed_keeps(mops: list[MOp]) -> list[bool]:
                 covered = covered | {later.pred}
             if later.dst:
                 covered = frozenset(c for c in covered if c[0] != later.dst)
+                # ``t = m & x`` (a lane predicate narrowed): t is on only where m is, so d is fresh there too
+                if (later.op == "and" and later.pred is None and not later.load and later.dst != d
+                        and any((s, 0) in (later.a, later.b) for s, neg in covered if not neg)):
+                    covered = covered | {(later.dst, False)}
             work += [(s, covered) for s in succ[j]]
         result.append(observed)
     return result

@@ -1,4 +1,4 @@
-"""Floats without arithmetic: the float32 instructions that are integer work, rewritten as integer PTX.
+"""Floats as integers: float32 instructions rewritten as integer PTX.
 
 The machine has no floating point, but a float32 is a word, and much of what CUDA does with floats never rounds:
 
@@ -20,10 +20,19 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   away from zero for floor / ceil); ``(int)x`` and ``(unsigned)x`` (``cvt.rzi.s32 / u32 .f32``) shift the mantissa by
   the exponent, saturate and make a NaN 0, as PTX says.
 
-Arithmetic that rounds (add, sub, mul, fma, div, sqrt, int to float, rounding to nearest, atomicAdd on a float)
-needs more of the machine's integer ops than the 32-block ROM holds: one float32 add is about a hundred (qccl's float
-reductions run one in four launches of qccl/kernels/fprim.cu). It is refused by name, as are float16 / bfloat16 /
-float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it for ``--use_fast_math``).
+- ``add``, ``sub`` and ``mul`` (rounding to nearest even: ``.rn`` or no rounding modifier) and ``cvt.rn.f32.s32 /
+  u32`` (int to float) are IEEE binary32 arithmetic from integer ops, as NVIDIA's non-FTZ float unit computes it:
+  subnormals in and out, overflow to infinity, x + (-x) = +0, any NaN result the canonical NaN. Straight-line code,
+  branch-free, a guarded instruction where a step applies on some lanes only: about 60 of the machine's ops an add
+  (qccl/kernels/fprim.cu's algorithm: align with a sticky bit, add, normalise by a binary search of the leading
+  zeros, round), 70 a multiply (the 48-bit product from three 8 x 24-bit multiplies and a 32-bit one for the sticky
+  bit, a subnormal operand normalised first), 30 a conversion; longer than the 32-block ROM, they run as overlays.
+
+The rest of float arithmetic is refused by name: ``fma`` / ``mad`` (one rounding of the exact product; the toolchain
+compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is a mul and an add), division, square roots, reciprocals,
+other roundings (``.rz`` / ``.rm`` / ``.rp``), ``.sat``, rounding to an integer, conversions from other widths, and
+atomicAdd on a float (each of them many times an add's ops), as are float16 / bfloat16 / float64 instructions and
+``.ftz`` (flush-to-zero; NVRTC emits it for ``--use_fast_math``).
 
 This is the lowering's first stage: every later one sees integer PTX only (``transfer.check_integer`` still refuses
 any float type left). Each rewritten instruction keeps the float instruction's line and text, so errors still name
@@ -47,6 +56,7 @@ import struct
 
 from ..isa import MachineError
 from ..ptx import Imm, Instruction, Kernel, Reg
+from .semantics import fold
 from .values import destination
 
 __all__ = ["as_integers", "is_float_type", "FLOAT_TYPES"]
@@ -170,6 +180,18 @@ def _refuse(inst: Instruction, why: str) -> MachineError:
     return MachineError(f"unsupported PTX instruction at line {inst.line} ({why}): {inst.text}")
 
 
+def _refusal(base: str) -> str:
+    """Why a float32 instruction without a builder is refused."""
+    if base in ("fma", "mad"):
+        return (f"the machine has no floating point: {ARITHMETIC[base]} of floats rounds once, so it needs the exact "
+                "48-bit product, more integer ops than a multiply and an add; compile without contraction "
+                "(NVRTC / nvcc --fmad=false, which qwengpu's toolchain passes) to get mul.rn and add.rn")
+    what = ARITHMETIC.get(base, base)
+    return (f"the machine has no floating point: {what} of floats needs IEEE arithmetic from integer ops, many times "
+            "the ops of an add or a multiply (a division or a square root is an iteration of them); of float32 "
+            "arithmetic add, sub, mul and int to float conversion run (qwengpu/KERNELS.md)")
+
+
 class _Rewriter:
     """Writes one float instruction at a time as integer instructions into ``body``, with fresh temporaries."""
 
@@ -259,10 +281,7 @@ class _Rewriter:
                                 "without --use_fast_math / -ftz=true")
         builder = self._move if inst.base in MOVES else getattr(self, f"_{inst.base}", None)
         if builder is None:
-            what = ARITHMETIC.get(inst.base, f"{inst.base}")
-            raise _refuse(inst, f"the machine has no floating point: {what} of floats needs IEEE arithmetic from "
-                                "integer ops, more than the 32-block ROM holds; of float32 only moves, compares, "
-                                "min / max, neg / abs / copysign and testp run (qwengpu/KERNELS.md)")
+            raise _refuse(inst, _refusal(inst.base))
         if inst.guard is None or builder == self._move:
             builder(inst)
             return
@@ -443,18 +462,21 @@ class _Rewriter:
     # -- conversions that need no rounding of a sum: truncf / floorf / ceilf, and (int) / (unsigned) of a float ----
     def _cvt(self, inst: Instruction) -> None:
         """cvt.rzi / rmi / rpi .f32.f32 (truncf, floorf, ceilf) and cvt.rzi.s32 / u32 .f32 ((int)x, (unsigned)x):
-        bit work on the exponent and the fraction. Other conversions round a sum or normalise an integer: refused."""
+        bit work on the exponent and the fraction; cvt.rn.f32.s32 / u32 ((float)i): _from_integer. Other conversions
+        are refused."""
         mods = inst.modifiers
         dst, (x,) = self._operands(inst, 1)
         if mods in (("rzi", "f32", "f32"), ("rmi", "f32", "f32"), ("rpi", "f32", "f32")):
             self._round_to_integer(dst, x, mods[0])
         elif mods in (("rzi", "s32", "f32"), ("rzi", "u32", "f32")):
             self._to_integer(dst, x, signed=mods[1] == "s32")
+        elif mods in (("rn", "f32", "s32"), ("rn", "f32", "u32")):
+            self._from_integer(dst, x, signed=mods[2] == "s32")
         else:
             raise _refuse(inst, "the machine has no floating point: a conversion that rounds or normalises "
-                                "(int to float, float to a narrow int, rounding to nearest) needs more integer ops "
-                                "than the 32-block ROM holds; truncf, floorf, ceilf, (int) and (unsigned) of a float "
-                                "run (qwengpu/KERNELS.md)")
+                                "(float to a narrow int, rounding to nearest, other widths and roundings) needs more "
+                                "integer ops than the 32-block ROM holds; truncf, floorf, ceilf, (int) and (unsigned) "
+                                "of a float, and cvt.rn.f32.s32 / u32 (int to float) run (qwengpu/KERNELS.md)")
 
     def _exponent_shift(self, magnitude) -> Reg:
         """150 - exponent: how many of the 23 fraction bits lie below the units (<= 0: none, the float is an
@@ -506,3 +528,204 @@ class _Rewriter:
             self.replace_where(dst, Imm(WORD), self.emit("setp.ge.u32", magnitude, Imm(0x4F800000)))   # >= 2^32
             self.replace_where(dst, Imm(0), negative)
         self.replace_where(dst, Imm(0), self.is_nan(magnitude))
+
+    # -- arithmetic that rounds: add, sub, mul, int to float -----------------------------------------------------------
+    # Straight-line integer code (no branches: a float op is a few dozen of the machine's ops either way, and every
+    # lane runs the same ones). A step that applies on some lanes only is one guarded instruction writing a register
+    # of the sequence in place (the machine's predicated op: 1 op, where a selp costs 2); a literal operand folds
+    # here (``op``), so x + 1.0f skips the work on the literal.
+    def op(self, opcode: str, *operands, dst: Reg | None = None):
+        """``emit``, folded here where every operand is a literal: then an Imm (or a mov of it into dst)."""
+        if all(isinstance(o, Imm) for o in operands):
+            value = fold(Instruction(opcode, (), None, False, 0, ""), [o.value & WORD for o in operands])
+            if value is not None:
+                if dst is None:
+                    return Imm(value)
+                return self.emit("mov.pred" if opcode.startswith("setp") else "mov.b32", Imm(value), dst=dst)
+        return self.emit(opcode, *operands, dst=dst)
+
+    def where(self, guard, opcode: str, target, *operands):
+        """target = opcode(operands) on the lanes where the predicate guard holds, else target as it was: one
+        guarded instruction writing target, a register of this sequence (a literal target is moved into one
+        first). Returns the register (or the literal, where the guard is one)."""
+        if isinstance(guard, Imm):
+            if not guard.value:
+                return target
+            return self.op(opcode, *operands, dst=target if isinstance(target, Reg) else None)
+        if isinstance(target, Imm):
+            target = self.emit("mov.b32", target)
+        inst = self.inst
+        self.body.append(Instruction(opcode, (target,) + tuple(operands), guard, False, inst.line, inst.text))
+        return target
+
+    def _rounding(self, inst: Instruction, operands: int) -> tuple:
+        """The destination and sources of add / sub / mul .f32 rounding to nearest even (``.rn`` or no rounding
+        modifier, PTX's default); other roundings and .sat are refused."""
+        mods = [m for m in inst.modifiers if m != "f32"]
+        if mods not in ([], ["rn"]):
+            named = ", ".join(f".{m}" for m in mods)
+            raise _refuse(inst, f"the machine has no floating point: {inst.base}.f32 runs rounding to nearest even "
+                                f"(.rn), without .sat, not with {named}")
+        return self._operands(inst, operands)
+
+    def _add(self, inst: Instruction) -> None:
+        dst, (a, b) = self._rounding(inst, 2)
+        self._sum(dst, a, b)
+
+    def _sub(self, inst: Instruction) -> None:
+        """a - b is a + (-b): b's sign bit flipped (a NaN's too: the result is the canonical NaN anyway)."""
+        dst, (a, b) = self._rounding(inst, 2)
+        self._sum(dst, a, self.op("xor.b32", b, Imm(SIGN)))
+
+    def _sum(self, dst: Reg, a, b) -> None:
+        """IEEE binary32 a + b, rounding to nearest even, subnormals kept, as NVIDIA's non-FTZ float unit: the
+        algorithm of qccl/kernels/fprim.cu's float add in one sequence.
+
+        The larger magnitude X and the smaller Y; their significands with the hidden bit (none for a subnormal,
+        whose exponent counts as 1) at bit 29, six guard bits below; Y's shifted right by the exponent difference
+        with a sticky bit (a bit shifted out sets bit 0), negated where the signs differ, and added. The sum is
+        normalised to bit 30 by a binary search of its leading zeros (at most exponent - 1 of them: a floor bit
+        stops the search where the result becomes subnormal), rounded to nearest even at bit 7, and the exponent
+        added to it (a carry of the rounding runs into the exponent; overflow is clamped to infinity). The sign is
+        the larger magnitude's; x + (-x) is +0; an infinity or a NaN operand gives itself, inf - inf and any NaN
+        the canonical NaN."""
+        ab = self.op("xor.b32", a, b)
+        ma, mb = self.magnitude(a), self.magnitude(b)
+        big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
+        sign = self.op("and.b32", a, Imm(SIGN))                      # the larger magnitude's (first: a, b die)
+        sign = self.where(self.op("setp.lt.u32", ma, mb), "and.b32", sign, b, Imm(SIGN))
+        # the exponents (at least 1) in place: exponent << 23, so the significand is magnitude - that + 2^23
+        big_exp = self.op("max.u32", self.op("and.b32", big, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        small_exp = self.op("max.u32", self.op("and.b32", small, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        shift = self.op("shr.u32", self.op("sub.s32", big_exp, small_exp), Imm(23))
+        big_sig = self.op("shl.b32", self.op("add.s32", self.op("sub.s32", big, big_exp), Imm(SMALLEST_NORMAL)),
+                          Imm(6))
+        small_sig = self.op("shl.b32", self.op("add.s32", self.op("sub.s32", small, small_exp),
+                                               Imm(SMALLEST_NORMAL)), Imm(6))
+        # the smaller significand aligned (a shift of 32 or more gives 0), the bits shifted out kept as bit 0
+        aligned = self.op("shr.u32", small_sig, shift)
+        inexact = self.op("setp.ne.u32", self.op("shl.b32", aligned, shift), small_sig)
+        aligned = self.where(inexact, "or.b32", aligned, aligned, Imm(1))
+        aligned = self.where(self.op("setp.lt.s32", ab, Imm(0)), "sub.s32", aligned, Imm(0), aligned)  # signs differ
+        total = self.op("add.s32", big_sig, aligned)                  # < 2^31: the leading bit at 30 at most
+        # normalise: leading zeros down to bit 30, at most exponent - 1 (the floor bit); (v - t) >> 31 is v < t
+        exponent = self.op("shr.u32", big_exp, Imm(23))
+        v = self.op("or.b32", total, self.op("shr.u32", Imm(1 << 30), exponent))
+        lead = self.op("shl.b32", self.op("shr.u32", self.op("sub.s32", v, Imm(1 << 15)), Imm(31)), Imm(4))
+        v = self.op("shl.b32", v, lead)
+        for k in (8, 4, 2, 1):
+            below = self.op("setp.lt.u32", v, Imm(1 << (31 - k)))
+            if k > 1:
+                v = self.where(below, "shl.b32", v, v, Imm(k))
+            lead = self.where(below, "add.s32", lead, lead, Imm(k))
+        normal = self.op("shl.b32", total, lead)
+        rounded = self._round_nearest_even(normal, 7)
+        # (exponent - lead) << 23 plus the rounded significand, whose hidden bit adds one to the exponent
+        magnitude = self.op("add.s32", self.op("sub.s32", big_exp, self.op("shl.b32", lead, Imm(23))), rounded)
+        magnitude = self.op("min.u32", magnitude, Imm(INFINITY))
+        magnitude = self.where(self.op("setp.ge.u32", big, Imm(INFINITY)), "mov.b32", magnitude, big)
+        opposite = self.op("setp.eq.u32", ab, Imm(SIGN))             # x + (-x): +0, and inf - inf: NaN
+        self.op("or.b32", magnitude, sign, dst=dst)
+        self.where(opposite, "mov.b32", dst, Imm(0))
+        big = self.where(opposite, "add.s32", big, big, Imm(1))
+        self.where(self.op("setp.gt.u32", big, Imm(INFINITY)), "mov.b32", dst, Imm(CANONICAL_NAN))
+
+    def _round_nearest_even(self, x, bits: int):
+        """x >> bits rounded to nearest, ties to even (x + 2^bits must not overflow)."""
+        odd = self.op("and.b32", self.op("shr.u32", x, Imm(bits)), Imm(1))
+        return self.op("shr.u32", self.op("add.s32", self.op("add.s32", x, odd), Imm((1 << (bits - 1)) - 1)),
+                       Imm(bits))
+
+    def _mul(self, inst: Instruction) -> None:
+        """IEEE binary32 a * b, rounding to nearest even, subnormals kept, as NVIDIA's non-FTZ float unit.
+
+        The larger magnitude X and the smaller Y: only Y can be a subnormal that matters (two subnormals underflow
+        to 0), so Y's significand alone is normalised to bit 23 (a binary search), X's has its hidden bit. The
+        48-bit product's top 32 bits come from three 8 x 24-bit products (X's significand in bytes), its low 16 bits
+        from a 32-bit multiply as a sticky bit; the product is shifted right to bit 30 (one more where it reached
+        bit 47, more where the result is subnormal) with a sticky bit, rounded to nearest even at bit 7, and the
+        exponent added to it (overflow clamped to infinity). The sign is the xor of the signs (zeros and infinities
+        too); 0 * inf and a NaN operand give the canonical NaN."""
+        dst, (a, b) = self._rounding(inst, 2)
+        sign = self.op("and.b32", self.op("xor.b32", a, b), Imm(SIGN))
+        ma, mb = self.magnitude(a), self.magnitude(b)
+        big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
+        big_exp = self.op("max.u32", self.op("and.b32", big, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        big_sig = self.op("add.s32", self.op("sub.s32", big, big_exp), Imm(SMALLEST_NORMAL))
+        # Y's exponent - 1, at least 0, in place (<< 23): its significand is Y minus it
+        small_exp = self.op("max.s32", self.op("sub.s32", self.op("and.b32", small, Imm(INFINITY)),
+                                               Imm(SMALLEST_NORMAL)), Imm(0))
+        small_sig = self.op("sub.s32", small, small_exp)
+        # both exponents (at least 1) summed, minus 1: X's plus Y's - 1
+        exponents = self.op("shr.u32", self.op("add.s32", big_exp, small_exp), Imm(23))
+        for k in (16, 8, 4, 2, 1):                      # a subnormal Y: its leading bit to 23
+            below = self.op("setp.lt.u32", small_sig, Imm(1 << (24 - k)))
+            small_sig = self.where(below, "shl.b32", small_sig, small_sig, Imm(k))
+            exponents = self.where(below, "sub.s32", exponents, exponents, Imm(k))
+        # the product's bits 47..16: X's significand in bytes times Y's (each exact in a word)
+        high = self.op("mul.lo.u32", self.op("shr.u32", big_sig, Imm(16)), small_sig)
+        middle = self.op("mul.lo.u32", self.op("and.b32", self.op("shr.u32", big_sig, Imm(8)), Imm(0xFF)),
+                         small_sig)
+        low = self.op("mul.lo.u32", self.op("and.b32", big_sig, Imm(0xFF)), small_sig)
+        middle = self.op("add.s32", middle, self.op("shr.u32", low, Imm(8)))
+        top = self.op("add.s32", high, self.op("shr.u32", middle, Imm(8)))
+        # its bits 15..0 (the low 16 bits of the 32-bit product) as a sticky bit
+        lost = self.op("setp.ne.u32", self.op("shl.b32", self.op("mul.lo.u32", big_sig, small_sig), Imm(16)),
+                       Imm(0))
+        top = self.where(lost, "or.b32", top, top, Imm(1))
+        # value = top * 2^(exponents - 283): shifted right to bit 30 (carry: top reached bit 31) and down to the
+        # subnormal range where the biased exponent exponents + carry - 126 is below 1; the bits shifted out kept
+        # as bit 0
+        carry = self.op("shr.u32", top, Imm(31))
+        shift = self.op("max.s32", self.op("sub.s32", Imm(127), exponents), carry)
+        aligned = self.op("shr.u32", top, shift)
+        inexact = self.op("setp.ne.u32", self.op("shl.b32", aligned, shift), top)
+        aligned = self.where(inexact, "or.b32", aligned, aligned, Imm(1))
+        rounded = self._round_nearest_even(aligned, 7)
+        # (biased exponent - 1) << 23 plus the rounded significand (its hidden bit adds the 1): the biased exponent
+        # is exponents + carry - 126 where that is 1 or more, else 1 with no hidden bit; in both cases
+        # exponents + shift - 127 is the field
+        field = self.op("shl.b32", self.op("add.s32", exponents, shift), Imm(23))
+        magnitude = self.op("add.s32", self.op("add.s32", field, rounded), Imm(-(127 << 23) & WORD))
+        magnitude = self.op("min.u32", magnitude, Imm(INFINITY))
+        special = self.op("setp.ge.u32", big, Imm(INFINITY))
+        zero = self.op("setp.eq.u32", small, Imm(0))
+        magnitude = self.where(zero, "mov.b32", magnitude, Imm(0))
+        big = self.where(zero, "add.s32", big, big, Imm(1))            # inf * 0: a NaN
+        magnitude = self.where(special, "mov.b32", magnitude, big)
+        self.op("or.b32", magnitude, sign, dst=dst)
+        self.where(self.op("setp.gt.u32", magnitude, Imm(INFINITY)), "mov.b32", dst, Imm(CANONICAL_NAN))
+
+    def _from_integer(self, dst: Reg, x, signed: bool) -> None:
+        """(float)i and (float)u, PTX's cvt.rn.f32.s32 / u32: the magnitude normalised by a binary search of its
+        leading zeros, rounded to nearest even, the exponent added (a carry of the rounding runs into it); the sign
+        of a negative int; 0 gives +0. |i| is at most 2^31: normalised to bit 30 (only INT_MIN has bit 31, and no
+        bits below), rounded at bit 7; u normalised to bit 31, rounded at bit 8 without an add that overflows."""
+        if signed:
+            sign = self.op("and.b32", x, Imm(SIGN))
+            value = self.op("abs.s32", x)                   # |INT_MIN| is 2^31, read unsigned
+            # (v - t) >> 31 is v < t for v <= 2^31
+            lead = self.op("shl.b32", self.op("shr.u32", self.op("sub.s32", value, Imm(1 << 15)), Imm(31)), Imm(4))
+            top = 30
+        else:
+            lead = self.op("selp.b32", Imm(16), Imm(0), self.op("setp.lt.u32", x, Imm(1 << 16)))
+            top = 31
+        value = self.op("shl.b32", x if not signed else value, lead)
+        for k in (8, 4, 2, 1):
+            below = self.op("setp.lt.u32", value, Imm(1 << (top + 1 - k)))
+            value = self.where(below, "shl.b32", value, value, Imm(k))
+            lead = self.where(below, "add.s32", lead, lead, Imm(k))
+        if signed:
+            units = self._round_nearest_even(value, 7)
+        else:       # the 8 bits below the unit, plus the unit's lowest bit, above one half
+            units = self.op("shr.u32", value, Imm(8))
+            beyond = self.op("add.s32", self.op("and.b32", value, Imm(0xFF)), self.op("and.b32", units, Imm(1)))
+            units = self.where(self.op("setp.gt.u32", beyond, Imm(0x80)), "add.s32", units, units, Imm(1))
+        # the biased exponent is 127 + top - lead; (exponent - 1) << 23 plus the significand with its hidden bit
+        magnitude = self.op("add.s32", self.op("sub.s32", units, self.op("shl.b32", lead, Imm(23))),
+                            Imm((126 + top) << 23))
+        if signed:
+            self.op("or.b32", magnitude, sign, dst=dst)
+        else:
+            self.op("mov.b32", magnitude, dst=dst)
+        self.where(self.op("setp.eq.u32", x, Imm(0)), "mov.b32", dst, Imm(0))

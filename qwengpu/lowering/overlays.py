@@ -219,5 +219,10 @@ def _cuts(why: str, cutter: _Cutter, fits) -> list[int]:
                 lo = mid
             else:
                 hi = mid
+        if lo < n:
+            # In the run's last quarter, the cut with the fewest registers live across it (the latest of those):
+            # each kept register costs every warp a store and a load, and a word per thread of block memory.
+            near = [stop for stop in range(lo - (lo - start) // 4, lo) if good(stop)] + [lo]
+            lo = min(reversed(near), key=lambda stop: len(cutter.kept[stop]))
         bounds.append(lo)
     return bounds
