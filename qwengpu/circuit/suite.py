@@ -206,7 +206,8 @@ def warp_streams(seed: int = 12):
 
 def float_streams():
     """qwengpu/kernels/floats.cu on edge values (both zeros, a subnormal, infinities, NaNs): fmaxf of two registers
-    (the total order, NaN keys moved) and a comparison with a literal, relu (x's bits against a range)."""
+    (the total order, NaN keys moved) and a comparison with a literal, relu (x's bits against a range); and
+    farith.cu's vadd, a float add run as overlays."""
     edge = np.array([0x00000000, 0x80000000, 0x7FC00000, 0xFF800000, 0x00000001, 0xBFC00000, 0x7F800000,
                      0x3FC00000], dtype=np.uint32)
     streams = []
@@ -218,6 +219,13 @@ def float_streams():
         dev.launch(dev.load_kernel(KERNELS / "floats.cu", name), threads=threads, args=args(out, data))
         dev.read(out, 8)
         streams.append((f"floats {name}", dev.tokens))
+    # a float add (integer ops from floats.py) longer than the ROM: three overlays, their rows fed between rounds
+    dev = Device()
+    out, data = dev.alloc(4), dev.alloc(8)
+    dev.write(data, edge.view(np.float32))
+    dev.launch(dev.load_kernel(KERNELS / "farith.cu", "vadd"), threads=4, args=[out, data, data + 4, 4])
+    dev.read(out, 4)
+    streams.append(("farith vadd (overlays)", dev.tokens))
     return streams
 
 

@@ -43,7 +43,7 @@ from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
 from .floats import as_integers
-from .fuse import fuse
+from .fuse import fuse, prune
 from .mop import MOp, Program
 from .overlays import split
 from .propagate import propagate
@@ -207,6 +207,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
         try:
             program = allocate(kernel.name, fuse([_copy(m) for m in mops]), emitter.barrier)
         except DoesNotFit:
+            mops = prune(mops)
             program = allocate(kernel.name, fuse([_copy(m) for m in mops]), emitter.barrier, precise=True)
     except DoesNotFit as error:
         if slots:

@@ -11,7 +11,10 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..isa import MachineError
+from .barriers import live_in, successors
 from .mop import COMMUTATIVE, MIRROR, MOp
 
 MASK32 = 0xFFFFFFFF
@@ -210,6 +213,23 @@ def _overwritten(mops: list[MOp], i: int) -> bool:
 def _simple_branch(mop: MOp) -> bool:
     return (mop.branch in ("nonzero", "zero") and mop.b == (None, 0) and not mop.load and mop.store is None
             and mop.dst is None and mop.pred is None)
+
+
+def prune(mops: list[MOp]) -> list[MOp]:
+    """Drop ops whose value no later op reads, by liveness over the op graph (fuse drops an op nobody reads; this
+    also drops a chain that only updates itself, ``@q r = r << 8`` with r read by nothing after it: the side of a
+    float ``?:`` that the launch's arguments decide against). Loads go too; stores, branches and atomics stay.
+    The lowering runs it on programs that do not fit the ROM as they are (those that fit are left as they were)."""
+    mops = [dataclasses.replace(m, labels=set(m.labels)) for m in mops]
+    while True:
+        live, succ = live_in(mops), successors(mops)
+        dead = [i for i, mop in enumerate(mops)
+                if mop.dst and mop.store is None and mop.branch == "none" and not mop.atomic
+                and not any(mop.dst in live[j] for j in succ[i])]
+        if not dead:
+            return mops
+        for i in reversed(dead):
+            _remove(mops, i)
 
 
 def _remove(mops: list[MOp], i: int) -> None:
