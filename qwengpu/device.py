@@ -357,8 +357,8 @@ class Device:
         for address in range(first, first + count):
             self._feed_all(T.write_record(address, 0), T.HOST)
         warps = [(base, min(LANES, threads - base)) for base in range(0, threads, LANES)]
-        self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0, "parked": [],
-                        "overlay": 0}
+        self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0, "parks": [],
+                        "waits": [], "overlay": 0}
         self.stats["launches"] += 1
         self._next_warp()
 
@@ -382,19 +382,24 @@ class Device:
                 self._rom[row] = words
 
     def _park(self, block: int) -> None:
-        """A warp that ended in a parking block (it stopped at __syncthreads, or left its overlay) runs again once
-        every warp of the block has ended, on the next overlay of a program longer than the ROM (its rows fed
-        first; qwengpu.lowering.overlays): the device follows the EXEC the model wrote and feeds overlays in a fixed
-        order; the resume point is in the machine's words."""
+        """A warp that ended in a parking block runs again: one that left its overlay (a program longer than the
+        ROM: qwengpu.lowering.overlays) on the next overlay, in a round after every warp of this one has ended (the
+        overlay's rows fed first); one that stopped at __syncthreads once no warp is left to run (every warp has
+        reached the barrier or finished), on the same overlay. The device follows the EXEC the model wrote and feeds
+        overlays in a fixed order; the resume point is in the machine's words."""
         launch = self._launch
         program = launch["program"]
-        if program.parks(launch["overlay"], block):
-            launch["parked"].append(launch["warp"])
-        if not launch["warps"]:
-            launch["warps"], launch["parked"] = launch["parked"], []
-            if launch["warps"] and program.overlays:
-                launch["overlay"] = (launch["overlay"] + 1) % len(program.overlays)
-                self._load_rom(program.rom(launch["overlay"]))
+        how = program.parks(launch["overlay"], block)
+        if how is not None:
+            launch[how].append(launch["warp"])
+        if launch["warps"]:
+            return
+        if launch["parks"]:                 # warps that left their overlay: the next overlay, in a new round
+            launch["warps"], launch["parks"] = launch["parks"], []
+            launch["overlay"] = (launch["overlay"] + 1) % len(program.overlays)
+            self._load_rom(program.rom(launch["overlay"]))
+        else:                               # every warp at a barrier or finished: the barrier's warps go on
+            launch["warps"], launch["waits"] = launch["waits"], []
 
     def _check_supported(self, kernel: Kernel, program: Program) -> None:
         """A compiled circuit computes a subset of the ALU: refuse a program outside it before anything is fed."""

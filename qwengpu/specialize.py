@@ -245,6 +245,7 @@ class Template:
                                    reserved=_fill(self.traced.reserved, args),
                                    cleared=_fill(self.traced.cleared, args),
                                    barrier_exits=_fill(self.traced.barrier_exits, args),
+                                   waits=_fill(self.traced.waits, args),
                                    registers=int(_fill(self.traced.registers, args)))
 
 

@@ -19,11 +19,11 @@ The stages, one module each, run in this order:
 4. ``fuse.fuse``                 packs a load into its consumer, a store or a branch into the op computing its value.
 5. ``regalloc.allocate``         virtual registers onto the 15 machine registers; the ROM blocks.
 5b. ``overlays.split``           a program that does not fit is cut into overlays of at most 32 blocks each, a warp
-                                 leaving one as it leaves a barrier (fusion and allocation run on each).
+                                 leaving one as it leaves a barrier (fusion and allocation run on each; its
+                                 barriers are resume points of the overlays).
 
-Limits are errors that name the value and the limit: more than 15 registers live at one op, a kernel of several
-warps with __syncthreads longer than the ROM, an unsupported instruction (with its text and line), wrong launch
-arguments.
+Limits are errors that name the value and the limit: more than 15 registers live at one op, block memory, an
+unsupported instruction (with its text and line), wrong launch arguments.
 
 Example::
 
@@ -202,18 +202,16 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
                            f"to keep {slots - 1} registers and a resume word per thread across __syncthreads); "
                            f"memory has {isa.USABLE_WORDS} words")
     base = isa.SINK - words
+    markers = [_copy(m) for m in mops]      # the barriers still markers: overlays leave them their own way
     mops, _ = expand(mops, threads, base)
     try:
         try:
             program = allocate(kernel.name, fuse([_copy(m) for m in mops]), emitter.barrier)
         except DoesNotFit:
-            mops = prune(mops)
-            program = allocate(kernel.name, fuse([_copy(m) for m in mops]), emitter.barrier, precise=True)
+            program = allocate(kernel.name, fuse(prune(mops)), emitter.barrier, precise=True)
     except DoesNotFit as error:
-        if slots:
-            raise MachineError(f"{error}; a kernel of several warps that waits at __syncthreads must fit the ROM "
-                               "(overlays would let a warp run past a barrier before another reached it)") from None
-        return _overlaid(kernel.name, str(error), mops, threads, shared_words, local_words, emitter.barrier)
+        return _overlaid(kernel.name, str(error), prune(markers), threads, shared_words, local_words,
+                         emitter.barrier)
     if words:
         program.reserved = (base, words)
     if slots:
@@ -249,13 +247,14 @@ def _overlaid(name: str, why: str, mops: list[MOp], threads: int, shared_words: 
                            f"than the {isa.ROM_BLOCKS}-block ROM); memory has {isa.USABLE_WORDS} words")
     base = isa.SINK - words
     parts = [allocate(name, fuse(ops), barrier, precise=True) for ops in overlays.programs(base)]
-    blocks, listing, exits, spans = [], [], set(), []
+    blocks, listing, exits, waits, spans = [], [], set(), set(), []
     for k, part in enumerate(parts):
         spans.append((len(blocks), len(part.blocks)))
         exits |= {len(blocks) + row for row in part.barrier_exits}
+        waits |= {len(blocks) + row for row in part.waits}
         listing += [f"{line}    [overlay {k}]" for line in part.listing]
         blocks += part.blocks
     program = Program(name, blocks, max(part.registers for part in parts), barrier, listing)
-    program.barrier_exits, program.overlays = frozenset(exits), tuple(spans)
+    program.barrier_exits, program.waits, program.overlays = frozenset(exits), frozenset(waits), tuple(spans)
     program.reserved, program.cleared = (base, words), (base, threads)
     return program

@@ -165,7 +165,8 @@ def expand(mops: list[MOp], threads: int, base: int) -> tuple[list[MOp], int]:
         first = len(out)
         for j, reg in enumerate(kept, start=1):
             out.append(MOp("a", (reg, 0), store=("tid", base + j * threads), **note))
-        out.append(MOp("a", (None, k), store=resume_word, branch="always", target="exit", parks=True, **note))
+        out.append(MOp("a", (None, k), store=resume_word, branch="always", target="exit", parks=True, waits=True,
+                       **note))
         out[first].labels |= mop.labels
         resumes.append(len(out))
         for j, reg in enumerate(kept, start=1):

@@ -36,6 +36,10 @@ class Program:
     # ``blocks``, whose branch targets are rows of its own; a warp that parks leaves for the next overlay. Empty when
     # the program is one ROM's worth. ``barrier_exits`` indexes ``blocks``.
     overlays: tuple = ()
+    # The parking blocks (indices into ``blocks``) of barriers: a warp that ends at one waits until every warp of the
+    # block has ended (reached the barrier, or finished), then runs again on the same overlay; a warp that ends at
+    # another parking block (it left its overlay) runs on the next overlay in the next round.
+    waits: frozenset = frozenset()
 
     def rom(self, overlay: int = 0) -> list[Block]:
         """The blocks one overlay puts in the ROM (rows 0..)."""
@@ -48,9 +52,11 @@ class Program:
         """The block at ROM row ``row`` while overlay ``overlay`` is loaded."""
         return self.blocks[(self.overlays[overlay][0] if self.overlays else 0) + row]
 
-    def parks(self, overlay: int, row: int) -> bool:
-        """Whether a warp that ends at this row parks (runs again) rather than exits."""
-        return (self.overlays[overlay][0] if self.overlays else 0) + row in self.barrier_exits
+    def parks(self, overlay: int, row: int) -> str | None:
+        """How a warp that ends at this row goes on: "waits" (at a barrier), "parks" (for the next overlay), or None
+        (it exits)."""
+        index = (self.overlays[overlay][0] if self.overlays else 0) + row
+        return "waits" if index in self.waits else "parks" if index in self.barrier_exits else None
 
 
 @dataclass
@@ -71,7 +77,8 @@ class MOp:
     target_index: int | None = None            # the machine op a branch goes to
     barrier: bool = False           # a __syncthreads of a block of several warps (expanded by lowering.barriers)
     restore: bool = False           # reads a lane's barrier state (warp-uniform where the register it restores is)
-    parks: bool = False             # the block where a warp stops at a barrier
+    parks: bool = False             # the block where a warp stops at a barrier (or leaves its overlay)
+    waits: bool = False             # a parking block of a barrier: the warp waits there for every warp of the block
 
     def reads(self, keep: bool = True) -> list[str]:
         regs = [s for s, _ in (self.a, self.b) if s not in (None, "tid")]

@@ -21,8 +21,9 @@ Layout of one overlay's ops (overlay 0 enters its body directly on its first run
     entry:  resume word == id(p) -> reload(p)        reload: the kept registers loaded back, then a jump to p
     exit:   the kept registers stored, id(p) into the resume word, park (an edge from the body to a point p elsewhere)
 
-A kernel of several warps that also waits at __syncthreads must fit the ROM: rounds of overlays would let a warp
-run past a barrier before another reached it.
+A __syncthreads of several warps is a resume point too, left by a parking block of its own (``waits``): a warp
+that ends there waits until no warp is left to run in the rounds (every warp has reached the barrier or finished),
+then runs again on the overlay it stopped on, so none passes the barrier before every warp reached it.
 """
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ class _Cutter:
             here = bisect.bisect_right(bounds, i) - 1
             if _jumps(mop) and mop.target_index < n and not bounds[here] <= mop.target_index < bounds[here + 1]:
                 found.add(mop.target_index)
-            if i + 1 == bounds[here + 1] and i + 1 < n and mop.branch != "always":
+            if i + 1 < n and (mop.barrier or (i + 1 == bounds[here + 1] and mop.branch != "always")):
                 found.add(i + 1)
         return sorted(found)
 
@@ -134,11 +135,21 @@ class _Cutter:
                                text="overlay: resumed"), to=("entries",))
         else:
             entries_and_reloads()
+        def leave(t: int, waits: bool = False):
+            """Keep the registers live at op t, its number into the resume word, and park."""
+            for j, reg in enumerate(self.kept[t], start=1):
+                layout.add(MOp("a", (reg, 0), store=("tid", self.base + j * self.threads), **note))
+            layout.add(MOp("a", (None, ids[t]), store=self.resume_word, branch="always", target="exit", parks=True,
+                           waits=waits, text=f"{'__syncthreads' if waits else 'overlay'}: leave for point {ids[t]}"))
+
         exits = []
         for i in range(start, stop):
             mop = _copy(self.mops[i])
             layout.place(("op", i))
-            if _jumps(mop):
+            if mop.barrier:                         # every warp waits here, then goes on from the next op
+                if i + 1 < n:
+                    leave(i + 1, waits=True)
+            elif _jumps(mop):
                 t = mop.target_index
                 if t >= n:
                     mop.target, mop.target_index = "exit", None      # a branch to the end: the warp exits
@@ -151,16 +162,14 @@ class _Cutter:
             else:
                 layout.add(mop)
         last = self.mops[stop - 1]
-        if stop < n and last.branch != "always":
+        ends = last.branch == "always" or (last.barrier and stop < n)     # (a barrier's own exit parks)
+        if stop < n and not ends:
             exits.insert(0, stop)                   # falls through into its exit
-        elif last.branch != "always" and (exits or (start == 0 and cycles)):
+        elif not ends and (exits or (start == 0 and cycles)):
             layout.add(MOp("a", branch="always", target="exit", text="exit"))     # the end, before what follows
         for t in dict.fromkeys(exits):
             layout.place(("exit", t))
-            for j, reg in enumerate(self.kept[t], start=1):
-                layout.add(MOp("a", (reg, 0), store=("tid", self.base + j * self.threads), **note))
-            layout.add(MOp("a", (None, ids[t]), store=self.resume_word, branch="always", target="exit", parks=True,
-                           text=f"overlay: leave for point {ids[t]}"))
+            leave(t)
         if start == 0 and cycles:
             layout.place(("entries",))
             entries_and_reloads()
@@ -171,7 +180,7 @@ class _Cutter:
         self.base = base
         targets = self.targets(bounds)
         ids = {t: k for k, t in enumerate(targets, start=1)}
-        cycles = self.cycles or any(t < bounds[1] for t in targets) or any(
+        cycles = self.cycles or any(t < bounds[1] for t in targets) or any(m.barrier for m in self.mops) or any(
             _jumps(m) and m.target_index < i and bisect.bisect_right(bounds, m.target_index)
             != bisect.bisect_right(bounds, i) for i, m in enumerate(self.mops))
         programs = [self.overlay(a, b, ids, cycles) for a, b in zip(bounds, bounds[1:])]

@@ -89,6 +89,7 @@ def allocate(kernel: str, mops: list[MOp], barrier: bool, precise: bool = False)
     check_uniform_branches(kernel, mops)
     program = Program(kernel, blocks, needed, barrier, listing)
     program.barrier_exits = frozenset(i for i, mop in enumerate(mops) if mop.parks)
+    program.waits = frozenset(i for i, mop in enumerate(mops) if mop.parks and mop.waits)
     return program
 
 
