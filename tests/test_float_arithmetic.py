@@ -1,12 +1,14 @@
-"""float32 add, sub, mul and int to float (qwengpu/lowering/floats.py, ``_sum``, ``_mul``, ``_from_integer``): the
-integer PTX they are rewritten into, held bit for bit against numpy's IEEE float32 (round to nearest even,
-subnormals kept, a NaN result the canonical NaN 0x7fffffff, as NVIDIA's non-FTZ float unit writes it).
+"""float32 add, sub, mul, int to float, div, rcp and sqrt (qwengpu/lowering/floats.py, ``_sum``, ``_mul``,
+``_from_integer``, ``_quotient``, ``_sqrt``): the integer PTX they are rewritten into, held bit for bit against numpy's
+IEEE float32 (round to nearest even, subnormals kept, a NaN result the canonical NaN 0x7fffffff, as NVIDIA's non-FTZ
+float unit writes it).
 
 Two ways: the rewritten instructions run by a small evaluator of PTX's integer semantics written here (independent
-of the lowering's constant folder), on every pair of edge values, ties both ways, cancellations, overflow and
-underflow, and tens of thousands of random bit patterns and random floats of mixed scale; and CUDA kernels whose
-operands are launch arguments, launched on the interpreter (the lowering folds the whole sequence to a constant
-store), a few hundred pairs. Then the refusals."""
+of the lowering's constant folder; branches for the loop forms), on every pair of edge values, ties both ways,
+cancellations, overflow and underflow, quotients and roots within a hair of half-way, and tens of thousands of random
+bit patterns and random floats of mixed scale; and CUDA kernels launched on the interpreter: operands that are launch
+arguments (the lowering folds the whole sequence to a constant store) and operands in memory, which the machine
+computes, a few hundred each, a division under a divergent branch among them. Then the refusals."""
 from __future__ import annotations
 
 import itertools
@@ -17,7 +19,7 @@ import pytest
 
 from qwengpu import Device, MachineError
 from qwengpu.lowering.floats import as_integers
-from qwengpu.ptx import Imm, Instruction, Kernel, Reg
+from qwengpu.ptx import Imm, Instruction, Kernel, Label, Reg
 from qwengpu.toolchain import compile_cuda
 
 CANONICAL_NAN = 0x7FFFFFFF
@@ -55,6 +57,12 @@ def reference(op: str, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray
             return canonical(f32(a) - f32(b))
         if op == "mul":
             return canonical(f32(a) * f32(b))
+        if op == "div":
+            return canonical(f32(a) / f32(b))
+        if op == "rcp":
+            return canonical(np.float32(1.0) / f32(a))
+        if op == "sqrt":
+            return canonical(np.sqrt(f32(a)))
         if op == "s32":
             return canonical(np.asarray(a, dtype=U32).view(np.int32).astype(np.float32))
         if op == "u32":
@@ -92,19 +100,36 @@ BINARY = {
 }
 
 
-def evaluate(body: list, registers: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
-    """Run straight-line integer PTX on n lanes at once (numpy uint32 words, predicates 0 / 1), PTX's meaning
-    written from the ISA manual: wrap-around arithmetic, shift amounts of 32 or more give 0 (shr.s32: the sign),
-    guarded instructions write only where the guard holds. Only the opcodes the float rewrites emit."""
+def evaluate(body: list, registers: dict[str, np.ndarray], n: int, trace: list | None = None
+             ) -> dict[str, np.ndarray]:
+    """Run integer PTX on n lanes at once (numpy uint32 words, predicates 0 / 1), PTX's meaning written from the ISA
+    manual: wrap-around arithmetic, shift amounts of 32 or more give 0 (shr.s32: the sign), guarded instructions
+    write only where the guard holds; a branch (the rewrites' counted loops) must be taken on every lane or on none.
+    Only the opcodes the float rewrites emit. ``trace``: each instruction run is appended to it."""
     regs = dict(registers)
+    labels = {item.name: k for k, item in enumerate(body) if isinstance(item, Label)}
 
     def value(operand):
         if isinstance(operand, Imm):
             return np.full(n, operand.value & 0xFFFFFFFF, dtype=U32)
         return regs[operand.name]
 
-    for inst in body:
+    pc = 0
+    while pc < len(body):
+        inst = body[pc]
+        pc += 1
+        if isinstance(inst, Label):
+            continue
         assert isinstance(inst, Instruction), inst
+        if trace is not None:
+            trace.append(inst)
+        if inst.base == "bra":
+            taken = np.ones(n, dtype=bool) if inst.guard is None else (regs[inst.guard.name] != 0) ^ inst.guard_negated
+            assert taken.all() or not taken.any(), "a divergent branch"
+            assert len(trace or ()) < 100000, "a loop that does not end"
+            if taken.all():
+                pc = labels[inst.operands[0].name]
+            continue
         opcode, (dst, *operands) = inst.opcode, inst.operands
         assert not any(m in ("f32", "f16", "f64", "rn", "ftz") for m in inst.modifiers), inst.opcode
         args = [value(o) for o in operands]
@@ -141,8 +166,11 @@ def evaluate(body: list, registers: dict[str, np.ndarray], n: int) -> dict[str, 
     return regs
 
 
-def float_kernel(opcode: str, operands: int = 2, guard: bool = False, literal: int | None = None) -> Kernel:
+def float_kernel(opcode: str, operands: int | None = None, guard: bool = False,
+                 literal: int | None = None) -> Kernel:
     """One float instruction on registers %f1 (and %f2, or a literal), writing %f3 (cvt reads %r1)."""
+    if operands is None:
+        operands = 1 if opcode.startswith(("sqrt", "rcp")) else 2
     if opcode.startswith("cvt"):
         sources = (Reg("%r1"),)
     else:
@@ -164,13 +192,17 @@ def run(opcode: str, a: np.ndarray, b: np.ndarray | None = None, literal: int | 
     return evaluate(kernel.body, registers, n)["%f3"]
 
 
-OPCODES = {"add": "add.rn.f32", "sub": "sub.f32", "mul": "mul.rn.f32"}
+OPCODES = {"add": "add.rn.f32", "sub": "sub.f32", "mul": "mul.rn.f32", "div": "div.rn.f32", "rcp": "rcp.rn.f32",
+           "sqrt": "sqrt.rn.f32"}
+UNARY = ("rcp", "sqrt")
 
 
 def check(op: str, a, b=None, literal: int | None = None) -> None:
     a = np.asarray(a, dtype=U32)
     if op in ("s32", "u32"):
         got, expect = run(f"cvt.rn.f32.{op}", a), reference(op, a)
+    elif op in UNARY:
+        got, expect = run(OPCODES[op], a), reference(op, a)
     else:
         b = np.asarray(b, dtype=U32) if literal is None else np.full(len(a), literal, dtype=U32)
         got = run(OPCODES[op], a, None if literal is not None else b, literal)
@@ -210,14 +242,14 @@ def near(rng, x: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------------ the evaluator
 
-@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_every_pair_of_edge_values(op):
     check(op, *pairs(EDGE))
 
 
-@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_random_bit_patterns_and_floats_of_mixed_scale(op):
-    rng = np.random.default_rng({"add": 1, "sub": 2, "mul": 3}[op])
+    rng = np.random.default_rng({"add": 1, "sub": 2, "mul": 3, "div": 4}[op])
     check(op, random_bits(rng, 20000), random_bits(rng, 20000))
     a = mixed_scale(rng, 20000)
     check(op, a, mixed_scale(rng, 20000))
@@ -285,7 +317,7 @@ def test_special_values():
     assert got[5] == 0x7F800000 and got[6] == 0xFF800000                        # signs of infinities xor
 
 
-@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_a_literal_operand(op):
     rng = np.random.default_rng(21)
     a = np.concatenate([np.array(EDGE, dtype=U32), mixed_scale(rng, 3000)])
@@ -314,15 +346,142 @@ def test_int_to_float():
         check(kind, -values.view(np.int32).astype(np.int64) & 0xFFFFFFFF)
 
 
+@pytest.mark.parametrize("op", UNARY)
+def test_square_root_and_reciprocal_of_edge_values_and_random_floats(op):
+    rng = np.random.default_rng({"rcp": 12, "sqrt": 13}[op])
+    check(op, np.array(EDGE, dtype=U32))
+    check(op, np.array(EDGE, dtype=U32) ^ U32(0x80000000))
+    check(op, random_bits(rng, 20000))
+    check(op, mixed_scale(rng, 20000))
+    check(op, np.arange(0, 1 << 16, dtype=U32) * U32(0x80) + U32(1))     # subnormals and small normals, densely
+    check(op, U32(0x3F000000) + rng.integers(0, 1 << 24, 20000).astype(U32))    # [0.5, 2): both exponent parities
+
+
+def test_special_quotients_and_roots():
+    inf, ninf = 0x7F800000, 0xFF800000
+    a = np.array([0x3F800000, 0xBF800000, 0, 0, inf, inf, 0x3F800000, 0xC0000000, 0x7FC00001, 0x3F800000, 0x80000000,
+                  0x00000001, 0x7F7FFFFF, 0x00000001, 0x7F7FFFFF], dtype=U32)
+    b = np.array([0, 0, 0, 0x80000000, inf, 0x3F800000, inf, ninf, 0x3F800000, 0xFFC00000, 0x3F800000,
+                  0x7F7FFFFF, 0x00000001, 0x3F000001, 0x3EFFFFFF], dtype=U32)
+    check("div", a, b)
+    got = run("div.rn.f32", a, b)
+    assert list(got[:8]) == [inf, ninf, CANONICAL_NAN, CANONICAL_NAN, CANONICAL_NAN, inf, 0, 0]
+    assert got[8] == got[9] == CANONICAL_NAN and got[10] == 0x80000000 and got[11] == 0 and got[12] == inf
+    roots = run("sqrt.rn.f32", [0, 0x80000000, inf, ninf, 0xBF800000, 0x80000001, 0x7FC00000, 0x3F800000,
+                                0x40800000, 0x00000001])
+    assert list(roots) == [0, 0x80000000, inf, CANONICAL_NAN, CANONICAL_NAN, CANONICAL_NAN, CANONICAL_NAN,
+                           0x3F800000, 0x40000000, 0x1A3504F3]                   # sqrt(2^-149) = 2^-74.5
+
+
+def _midpoints(rng, n: int) -> np.ndarray:
+    """Random values half-way between two neighbouring float32s (normal, positive), as float64."""
+    x = (U32(0x00800000) + rng.integers(0, 0x7E800000, n).astype(U32)).view(np.float32).astype(np.float64)
+    return x + (np.nextafter(x.astype(np.float32), np.float32(np.inf)).astype(np.float64) - x) / 2
+
+
+def hard_quotients(rng, n: int, kind: str = "normal") -> tuple[np.ndarray, np.ndarray]:
+    """Pairs a, b whose exact quotient lies within r / B (|r| <= 40, B ~ 2^23: a few millionths of an ulp) of
+    half-way between two floats, or of a float: significands A, B of 24 bits with A * 2^k = M * B + r, so A * 2^k / B
+    = M + r / B, where 2^-k is half the result's ulp relative to 2^(ea - eb) (k = 24 for a quotient of
+    significands >= 1, 25 below; for a subnormal result 150 + ea - eb); A = r / 2^k mod B (B odd). ``kind``: the
+    result normal, subnormal, or near the largest float."""
+    a, b = [], []
+    while len(a) < n:
+        B = int(rng.integers(1 << 23, 1 << 24)) | 1
+        r = int(rng.integers(-40, 41))
+        if kind == "subnormal":
+            k = int(rng.integers(1, 24))
+            d = k - 150
+        else:
+            k = int(rng.integers(24, 26))
+            d = int(rng.integers(-60, 61)) if kind == "normal" else int(rng.integers(126, 129))
+        A = r * pow(2, -k, B) % B
+        A += B * -(-((1 << 23) - A) // B) if A < 1 << 23 else 0        # into [2^23, 2^24) by multiples of B
+        if not (1 << 23) <= A < (1 << 24) or kind != "subnormal" and (A >= B) != (k == 24):
+            continue
+        eb = int(rng.integers(30, 100)) if kind == "subnormal" else int(rng.integers(-60, 61)) \
+            if kind == "normal" else int(rng.integers(-100, 127 - d))
+        a.append(np.float32(A * 2.0 ** (eb + d - 23)))
+        b.append(np.float32(B * 2.0 ** (eb - 23)) * np.float32(rng.choice([1, -1])))
+    return np.array(a, dtype=np.float32).view(U32), np.array(b, dtype=np.float32).view(U32)
+
+
+def test_quotients_and_roots_near_a_rounding_boundary():
+    """Division and square roots have no ties, but quotients within a hair of half-way between two floats (and
+    exactly representable quotients and roots) are where a wrong rounding or sticky bit shows."""
+    rng = np.random.default_rng(14)
+    n = 20000
+    for kind in ("normal", "subnormal", "overflow"):           # subnormal: the right shift's sticky bit
+        check("div", *hard_quotients(rng, 4000, kind))
+    # a = mid * b rounded: a / b is within about an ulp of a half-way value m, both sides
+    mid = _midpoints(rng, n) * 2.0 ** rng.integers(-100, 0, n)
+    b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-40, 40, n)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        a = (mid * b.astype(np.float64)).astype(np.float32)
+    keep = np.isfinite(a) & (a != 0)
+    a, b = a[keep].view(U32), b[keep].view(U32)
+    check("div", a, b)
+    check("div", a + U32(1), b)
+    check("div", a - U32(1), b)
+    check("div", a, b + U32(1))
+    # quotients into the subnormal range near half-way (the right shift before rounding, with its sticky bit)
+    tiny = (_midpoints(rng, n) * 2.0 ** -149 * rng.integers(1, 1 << 22, n)).astype(np.float64)
+    b = (rng.uniform(1, 2, n) * 2.0 ** rng.integers(-30, 30, n)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        a = (tiny * b.astype(np.float64)).astype(np.float32).view(U32)
+    check("div", a, b.view(U32))
+    check("div", a + U32(1), b.view(U32))
+    # exact quotients: products of significands of 12 bits divided by one of them
+    p = (U32(0x3F800000) | (rng.integers(0, 1 << 11, n).astype(U32) << U32(12))).view(np.float32)
+    q = (U32(0x3F800000) | (rng.integers(0, 1 << 11, n).astype(U32) << U32(12))).view(np.float32)
+    scale = (2.0 ** rng.integers(-120, 120, n)).astype(np.float32)
+    with np.errstate(all="ignore"):
+        check("div", (p * q * scale).view(U32), (q * scale).view(U32))
+        check("div", (p * q).view(U32), (p * scale).view(U32))
+    # roots: squares of half-way values (within an ulp of a boundary) and exact squares, both exponent parities
+    mid = _midpoints(rng, n)
+    mid = mid / 2.0 ** np.floor(np.log2(mid)) * 2.0 ** rng.integers(-63, 63, n)     # half-way, in [2^-63, 2^63)
+    x = (mid * mid).astype(np.float32).view(U32)
+    check("sqrt", x)
+    check("sqrt", x + U32(1))
+    check("sqrt", x - U32(1))
+    check("sqrt", (p * p).view(U32))
+    check("sqrt", (p * p * np.float32(2.0)).view(U32))
+
+
+@pytest.mark.parametrize("division, root", [(6, 1), (3, 2), (1, 11)])
+def test_the_loop_forms(monkeypatch, division, root):
+    """DIVISION_LOOP / ROOT_LOOP: the same steps as a counted loop (a label, a counter, a branch back), emitted
+    once and run 24 / 22 steps in all."""
+    from qwengpu.lowering.floats import _Rewriter
+    monkeypatch.setattr(_Rewriter, "DIVISION_LOOP", division)
+    monkeypatch.setattr(_Rewriter, "ROOT_LOOP", root)
+    rng = np.random.default_rng(15)
+    a, b = mixed_scale(rng, 5000), mixed_scale(rng, 5000)
+    check("div", a, b)
+    check("div", *pairs(EDGE))
+    check("sqrt", a)
+    check("rcp", a)
+    check("div", a, literal=0x40400000)
+    for op in ("div.rn.f32", "sqrt.rn.f32"):
+        body = as_integers(float_kernel(op)).body
+        assert sum(isinstance(item, Label) for item in body) == 1
+        assert sum(isinstance(item, Instruction) and item.base == "bra" for item in body) == 1
+        trace = []
+        evaluate(body, {"%f1": a[:4], "%f2": b[:4], "%f3": a[:4]}, 4, trace)
+        assert len(trace) > len(body)
+
+
 def instruction_count(opcode: str) -> int:
     return len(as_integers(float_kernel(opcode)).body)
 
 
 def test_the_rewrites_are_integer_and_short():
     counts = {op: instruction_count(op) for op in ("add.f32", "sub.f32", "mul.f32", "cvt.rn.f32.s32",
-                                                   "cvt.rn.f32.u32")}
+                                                   "cvt.rn.f32.u32", "div.rn.f32", "rcp.rn.f32", "sqrt.rn.f32")}
     print("integer PTX instructions:", counts)
     assert counts["add.f32"] <= 64 and counts["mul.f32"] <= 72 and counts["cvt.rn.f32.u32"] <= 32
+    assert counts["div.rn.f32"] <= 180 and counts["rcp.rn.f32"] <= 160 and counts["sqrt.rn.f32"] <= 160
     for opcode in counts:
         for inst in as_integers(float_kernel(opcode)).body:
             assert not re.search(r"\.(f32|rn)\b", inst.opcode), inst.opcode
@@ -333,22 +492,28 @@ def test_a_guarded_float_instruction_keeps_the_destination_elsewhere():
     rng = np.random.default_rng(3)
     a, b = mixed_scale(rng, 1000), mixed_scale(rng, 1000)
     guard = (np.arange(1000) % 3 == 0).astype(U32)
-    for op in ("add", "mul"):
+    for op in ("add", "mul", "div", "sqrt"):
         kernel = as_integers(float_kernel(OPCODES[op], guard=True))
         old = random_bits(rng, 1000)
         got = evaluate(kernel.body, {"%f1": a, "%f2": b, "%f3": old, "%p1": guard}, 1000)["%f3"]
-        np.testing.assert_array_equal(got, np.where(guard != 0, reference(op, a, b), old))
+        np.testing.assert_array_equal(got, np.where(guard != 0, reference(op, a, b), old), err_msg=op)
 
 
 def test_the_destination_may_be_a_source():
     """add.f32 %f1, %f1, %f2: the sources are read before the destination is written."""
     rng = np.random.default_rng(4)
     a, b = mixed_scale(rng, 2000), mixed_scale(rng, 2000)
-    for op in ("add", "sub", "mul"):
-        body = [Instruction(OPCODES[op], (Reg("%f1"), Reg("%f1"), Reg("%f2")), None, False, 1, "x")]
+    for op in ("add", "sub", "mul", "div"):
+        for first, second in (("%f1", "%f2"), ("%f2", "%f1")):
+            body = [Instruction(OPCODES[op], (Reg("%f1"), Reg(first), Reg(second)), None, False, 1, "x")]
+            kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32"}))
+            got = evaluate(kernel.body, {"%f1": a, "%f2": b}, 2000)["%f1"]
+            expect = reference(op, a, b) if first == "%f1" else reference(op, b, a)
+            np.testing.assert_array_equal(got, expect, err_msg=op)
+    for op in UNARY:
+        body = [Instruction(OPCODES[op], (Reg("%f1"), Reg("%f1")), None, False, 1, "x")]
         kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32"}))
-        got = evaluate(kernel.body, {"%f1": a, "%f2": b}, 2000)["%f1"]
-        np.testing.assert_array_equal(got, reference(op, a, b), err_msg=op)
+        np.testing.assert_array_equal(evaluate(kernel.body, {"%f1": a}, 2000)["%f1"], reference(op, a), err_msg=op)
 
 
 # ------------------------------------------------------------------------------------------------ launched
@@ -375,7 +540,19 @@ extern "C" __global__ void lanes(float *y, const float *a, const float *b, int m
     if (mode == 4) r = (float)((const unsigned *)a)[i];
     if (mode == 5) { if (i & 1) r = a[i] + b[i]; }
     if (mode == 6) r = a[i] * 0.75f;
+    if (mode == 7) r = a[i] / b[i];
+    if (mode == 8) r = sqrtf(a[i]);
+    if (mode == 9) r = 1.0f / a[i];
+    if (mode == 10) r = a[i] / 3.0f;
     y[i] = r;
+}
+
+// the first kernel people write with a division: lanes past n branch around it
+extern "C" __global__ void vdiv(float *c, const float *a, const float *b, int n)
+{
+    int i = threadIdx.x;
+    if (i < n)
+        c[i] = a[i] / b[i];
 }
 """
 
@@ -416,7 +593,8 @@ def test_the_machine_computes_them(device):
     a = np.concatenate([np.array(EDGE, dtype=U32), mixed_scale(rng, n // 2 - len(EDGE)), random_bits(rng, n // 2)])
     b = np.concatenate([np.array(EDGE[::-1], dtype=U32), near(rng, a[len(EDGE):n // 2]), random_bits(rng, n // 2)])
     y, x, z = dev.alloc(4), dev.alloc(4), dev.alloc(4)
-    for mode, op in enumerate(["add", "sub", "mul", "s32", "u32", "guarded", "literal"]):
+    for mode, op in enumerate(["add", "sub", "mul", "s32", "u32", "guarded", "literal", "div", "sqrt", "rcp",
+                               "third"]):
         got = np.zeros(n, dtype=U32)
         for k in range(0, n, 4):
             dev.write(x, a[k:k + 4].view(np.int32))
@@ -429,9 +607,64 @@ def test_the_machine_computes_them(device):
             expect = np.where(np.arange(n) & 1, reference("add", a, b), a)
         elif op == "literal":
             expect = reference("mul", a, np.full(n, 0x3F400000, dtype=U32))
+        elif op == "third":
+            expect = reference("div", a, np.full(n, 0x40400000, dtype=U32))
+        elif op in UNARY:
+            expect = reference(op, a)
         else:
             expect = reference(op, a, b)
         np.testing.assert_array_equal(got, expect, err_msg=op)
+
+
+def _vdiv(dev, kernel, a, b, n_of) -> np.ndarray:
+    """c = a / b launched four at a time, lanes at and past n_of(k) left alone (their c words keep 7)."""
+    c, x, z = dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    got = np.zeros(len(a), dtype=U32)
+    for k in range(0, len(a), 4):
+        dev.write(c, np.full(4, 7, dtype=np.int32))
+        dev.write(x, a[k:k + 4].view(np.int32))
+        dev.write(z, b[k:k + 4].view(np.int32))
+        dev.launch(kernel, threads=4, args=[c, x, z, n_of(k)])
+        got[k:k + 4] = dev.read(c, 4).view(U32)
+    return got
+
+
+def test_a_division_under_a_divergent_branch(device):
+    """``if (i < n) c[i] = a[i] / b[i];``: NVRTC branches around the division, so the machine runs it predicated on
+    the lanes below n; the others keep their words."""
+    dev, text = device
+    kernel = dev.load_kernel(text, "vdiv")
+    rng = np.random.default_rng(31)
+    a, b = hard_quotients(rng, 60, "normal")
+    a = np.concatenate([a, mixed_scale(rng, 40)])
+    b = np.concatenate([b, mixed_scale(rng, 40)])
+    n_of = lambda k: k // 4 % 5                 # 0 .. 4 lanes
+    got = _vdiv(dev, kernel, a, b, n_of)
+    inside = np.arange(len(a)) % 4 < np.array([n_of(k - k % 4) for k in range(len(a))])
+    np.testing.assert_array_equal(got, np.where(inside, reference("div", a, b), 7))
+    before = dict(dev.stats)
+    _vdiv(dev, kernel, a[:4], b[:4], lambda k: 3)
+    print("c[i] = a[i] / b[i] under if (i < 3), 4 threads:",
+          {key: dev.stats[key] - before[key] for key in ("records", "tokens_written", "tokens_fed")})
+
+
+@pytest.mark.parametrize("division, root", [(6, 1)])
+def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
+    """The loop forms lowered and run: a uniform loop, and a SIMT one under the divergent branch."""
+    from qwengpu.lowering.floats import _Rewriter
+    monkeypatch.setattr(_Rewriter, "DIVISION_LOOP", division)
+    monkeypatch.setattr(_Rewriter, "ROOT_LOOP", root)
+    dev = Device(backend="interpreter")
+    text = compile_cuda(ARITHMETIC_CU)
+    rng = np.random.default_rng(32)
+    a, b = mixed_scale(rng, 8), mixed_scale(rng, 8)
+    got = _vdiv(dev, dev.load_kernel(text, "vdiv"), a, b, lambda k: 3)
+    np.testing.assert_array_equal(got, np.where(np.arange(8) % 4 < 3, reference("div", a, b), 7))
+    kernel = dev.load_kernel(text, "lanes")
+    y, x = dev.alloc(4), dev.alloc(4)
+    dev.write(x, a[:4].view(np.int32))
+    dev.launch(kernel, threads=4, args=[y, x, x, 8])
+    np.testing.assert_array_equal(dev.read(y, 4).view(U32), reference("sqrt", a[:4]))
 
 
 # ------------------------------------------------------------------------------------------------ refusals
@@ -444,15 +677,21 @@ def test_the_machine_computes_them(device):
     ("add.ftz.f32", r"\.ftz flushes subnormals"),
     ("fma.rn.f32", r"needs the exact 48-bit product.*--fmad=false"),
     ("mad.f32", r"needs the exact 48-bit product.*--fmad=false"),
-    ("div.rn.f32", r"a division of floats needs IEEE arithmetic"),
-    ("sqrt.rn.f32", r"a square root of floats"),
-    ("rcp.rn.f32", r"a reciprocal of floats"),
+    ("div.approx.f32", r"a division of floats runs correctly rounded to nearest even \(\.rn.*\.approx.*hardware"),
+    ("div.full.f32", r"a division of floats runs correctly rounded .*not with \.full"),
+    ("div.f32", r"a division of floats runs correctly rounded .*not with no rounding modifier"),
+    ("div.rz.f32", r"not with \.rz: other roundings"),
+    ("sqrt.approx.f32", r"a square root of floats runs correctly rounded .*not with \.approx"),
+    ("rcp.approx.f32", r"a reciprocal of floats runs correctly rounded .*not with \.approx"),
+    ("rsqrt.approx.f32", r"a reciprocal square root of floats is only approximate in PTX"),
+    ("ex2.approx.f32", r"a power of two of floats is only approximate"),
     ("cvt.rz.f32.s32", r"a conversion that rounds or normalises"),
     ("cvt.rn.f32.s64", r"a conversion that rounds or normalises"),
     ("add.f64", r"not \.f64"),
 ])
 def test_other_arithmetic_is_refused_by_name(opcode, named):
-    operands = 3 if opcode.startswith(("fma", "mad")) else 1 if opcode.startswith(("sqrt", "rcp", "cvt")) else 2
+    operands = 3 if opcode.startswith(("fma", "mad")) else \
+        1 if opcode.startswith(("sqrt", "rcp", "rsqrt", "ex2", "cvt")) else 2
     kernel = float_kernel(opcode, operands)
     if operands == 3:
         kernel.body[0] = Instruction(opcode, (Reg("%f3"), Reg("%f1"), Reg("%f2"), Reg("%f1")), None, False, 3,

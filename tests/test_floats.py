@@ -318,7 +318,7 @@ def test_the_circuit_writes_the_interpreters_tokens_for_a_float_comparison_and_m
 # ------------------------------------------------------------------------------------------------ refusals
 
 @pytest.mark.parametrize("body, named", [
-    ("\tdiv.rn.f32 %f3, %f1, %f2;", "a division of floats"),
+    ("\tdiv.approx.f32 %f3, %f1, %f2;", "a division of floats"),
     ("\tfma.rn.f32 %f3, %f1, %f2, %f1;", "a fused multiply-add"),
     ("\tcvt.rz.f32.s32 %f3, %r1;", "a conversion that rounds or normalises"),
     ("\tcvt.rni.s32.f32 %r9, %f1;", "a conversion that rounds or normalises"),

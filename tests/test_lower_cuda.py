@@ -184,7 +184,7 @@ def test_unsigned_division_by_a_register_and_by_zero(op):
     np.testing.assert_array_equal(dev.read(0, 4), words(expect))
 
 
-FLOAT = r'''extern "C" __global__ void k(float *out) { out[threadIdx.x] = out[threadIdx.x] / 1.7f; }'''
+FLOAT = r'''extern "C" __global__ void k(float *out) { out[threadIdx.x] = __fdividef(out[threadIdx.x], 1.7f); }'''
 
 
 def test_floating_point_is_refused_by_name_and_line():

@@ -27,12 +27,17 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   (qccl/kernels/fprim.cu's algorithm: align with a sticky bit, add, normalise by a binary search of the leading
   zeros, round), 70 a multiply (the 48-bit product from three 8 x 24-bit multiplies and a 32-bit one for the sticky
   bit, a subnormal operand normalised first), 30 a conversion; longer than the 32-block ROM, they run as overlays.
+- ``div.rn``, ``rcp.rn`` and ``sqrt.rn`` (CUDA's ``a / b``, ``1.0f / x`` and ``sqrtf`` as NVRTC compiles them by
+  default, -prec-div=true / -prec-sqrt=true) are correctly rounded the same way, x / 0 = inf, 0 / 0 and inf / inf and
+  sqrt(x < 0) NaN, sqrt(-0) = -0: long division of the significands and fdlibm's digit-by-digit root, a bit a step
+  (3 ops a quotient bit, 5 a root bit), about 175 integer instructions a division, 155 a square root.
 
 The rest of float arithmetic is refused by name: ``fma`` / ``mad`` (one rounding of the exact product; the toolchain
-compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is a mul and an add), division, square roots, reciprocals,
-other roundings (``.rz`` / ``.rm`` / ``.rp``), ``.sat``, rounding to an integer, conversions from other widths, and
-atomicAdd on a float (each of them many times an add's ops), as are float16 / bfloat16 / float64 instructions and
-``.ftz`` (flush-to-zero; NVRTC emits it for ``--use_fast_math``).
+compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is a mul and an add), the approximate ``div.approx`` /
+``div.full`` / ``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the
+GPU's hardware approximation's; ``--use_fast_math`` emits them), other roundings (``.rz`` / ``.rm`` / ``.rp``),
+``.sat``, rounding to an integer, conversions from other widths, and atomicAdd on a float, as are float16 /
+bfloat16 / float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it for ``--use_fast_math``).
 
 This is the lowering's first stage: every later one sees integer PTX only (``transfer.check_integer`` still refuses
 any float type left). Each rewritten instruction keeps the float instruction's line and text, so errors still name
@@ -54,8 +59,10 @@ import math
 import operator
 import struct
 
+import numpy as np
+
 from ..isa import MachineError
-from ..ptx import Imm, Instruction, Kernel, Reg
+from ..ptx import Imm, Instruction, Kernel, Label, Reg
 from .semantics import fold
 from .values import destination
 
@@ -83,7 +90,9 @@ MIRRORED = {"lt": "gt", "gt": "lt", "le": "ge", "ge": "le", "ltu": "gtu", "gtu":
 ARITHMETIC = {"add": "an add", "sub": "a subtraction", "mul": "a multiply", "fma": "a fused multiply-add",
               "mad": "a multiply-add", "div": "a division", "rcp": "a reciprocal", "sqrt": "a square root",
               "rsqrt": "a reciprocal square root", "cvt": "a conversion", "atom": "an atomic operation",
-              "red": "an atomic reduction"}
+              "red": "an atomic reduction", "ex2": "a power of two", "lg2": "a logarithm", "sin": "a sine",
+              "cos": "a cosine", "tanh": "a hyperbolic tangent"}
+APPROXIMATE = ("rsqrt", "ex2", "lg2", "sin", "cos", "tanh")     # PTX has these .approx only
 
 
 def _value(bits: int) -> float:
@@ -187,9 +196,13 @@ def _refusal(base: str) -> str:
                 "48-bit product, more integer ops than a multiply and an add; compile without contraction "
                 "(NVRTC / nvcc --fmad=false, which qwengpu's toolchain passes) to get mul.rn and add.rn")
     what = ARITHMETIC.get(base, base)
+    if base in APPROXIMATE:
+        return (f"the machine has no floating point: {what} of floats is only approximate in PTX, its bits those of "
+                "the GPU's own hardware approximation, which no integer sequence reproduces; compile without "
+                "--use_fast_math (1.0f / sqrtf(x) is two correctly rounded operations)")
     return (f"the machine has no floating point: {what} of floats needs IEEE arithmetic from integer ops, many times "
-            "the ops of an add or a multiply (a division or a square root is an iteration of them); of float32 "
-            "arithmetic add, sub, mul and int to float conversion run (qwengpu/KERNELS.md)")
+            "the ops of an add or a multiply; of float32 arithmetic add, sub, mul, div, rcp and sqrt rounding to "
+            "nearest and int to float conversion run (qwengpu/KERNELS.md)")
 
 
 class _Rewriter:
@@ -658,10 +671,7 @@ class _Rewriter:
         small_sig = self.op("sub.s32", small, small_exp)
         # both exponents (at least 1) summed, minus 1: X's plus Y's - 1
         exponents = self.op("shr.u32", self.op("add.s32", big_exp, small_exp), Imm(23))
-        for k in (16, 8, 4, 2, 1):                      # a subnormal Y: its leading bit to 23
-            below = self.op("setp.lt.u32", small_sig, Imm(1 << (24 - k)))
-            small_sig = self.where(below, "shl.b32", small_sig, small_sig, Imm(k))
-            exponents = self.where(below, "sub.s32", exponents, exponents, Imm(k))
+        small_sig, exponents = self._normalise(small_sig, exponents, "sub.s32")    # a subnormal Y
         # the product's bits 47..16: X's significand in bytes times Y's (each exact in a word)
         high = self.op("mul.lo.u32", self.op("shr.u32", big_sig, Imm(16)), small_sig)
         middle = self.op("mul.lo.u32", self.op("and.b32", self.op("shr.u32", big_sig, Imm(8)), Imm(0xFF)),
@@ -673,10 +683,30 @@ class _Rewriter:
         lost = self.op("setp.ne.u32", self.op("shl.b32", self.op("mul.lo.u32", big_sig, small_sig), Imm(16)),
                        Imm(0))
         top = self.where(lost, "or.b32", top, top, Imm(1))
-        # value = top * 2^(exponents - 283): shifted right to bit 30 (carry: top reached bit 31) and down to the
-        # subnormal range where the biased exponent exponents + carry - 126 is below 1; the bits shifted out kept
-        # as bit 0
-        carry = self.op("shr.u32", top, Imm(31))
+        # value = top * 2^(exponents - 283)
+        magnitude = self._pack(top, exponents)
+        self._finish(dst, magnitude, big, small, sign)
+
+    def _normalise(self, sig, exponents, adjust: str) -> tuple:
+        """A significand of at most 24 bits (a subnormal's, or 0) shifted until its leading bit is bit 23, by a
+        binary search of its leading zeros, each shift subtracted from (adjust ``sub.s32``) or added to
+        (``add.s32``) ``exponents``; a normal float's significand passes unchanged (five compares, folded for a
+        literal)."""
+        for k in (16, 8, 4, 2, 1):
+            below = self.op("setp.lt.u32", sig, Imm(1 << (24 - k)))
+            sig = self.where(below, "shl.b32", sig, sig, Imm(k))
+            exponents = self.where(below, adjust, exponents, exponents, Imm(k))
+        return sig, exponents
+
+    def _pack(self, top, exponents, carry: bool = True):
+        """The magnitude of the float top * 2^(exponents - 283), rounded to nearest even, subnormal or clamped to
+        infinity: top (a bit shifted out below kept as bit 0) has its leading bit at 30, or at 31 where ``carry``
+        (mul's product may reach bit 47). It is shifted right to bit 30 (one more where it reached 31, more where
+        the result is subnormal) with a sticky bit, rounded at bit 7, and the exponent added to it (a carry of the
+        rounding runs into the exponent; overflow is clamped to infinity)."""
+        # shifted right to bit 30 (carry: top reached bit 31) and down to the subnormal range where the biased
+        # exponent exponents + carry - 126 is below 1; the bits shifted out kept as bit 0
+        carry = self.op("shr.u32", top, Imm(31)) if carry else Imm(0)
         shift = self.op("max.s32", self.op("sub.s32", Imm(127), exponents), carry)
         aligned = self.op("shr.u32", top, shift)
         inexact = self.op("setp.ne.u32", self.op("shl.b32", aligned, shift), top)
@@ -687,7 +717,12 @@ class _Rewriter:
         # exponents + shift - 127 is the field
         field = self.op("shl.b32", self.op("add.s32", exponents, shift), Imm(23))
         magnitude = self.op("add.s32", self.op("add.s32", field, rounded), Imm(-(127 << 23) & WORD))
-        magnitude = self.op("min.u32", magnitude, Imm(INFINITY))
+        return self.op("min.u32", magnitude, Imm(INFINITY))
+
+    def _finish(self, dst: Reg, magnitude, big, small, sign) -> None:
+        """dst = the magnitude with the sign, where big / small (the larger and the smaller of two magnitudes) are
+        finite and nonzero; else a product's special cases: a zero small gives 0, an infinite or NaN big itself,
+        both (inf * 0) the canonical NaN, as does a NaN big."""
         special = self.op("setp.ge.u32", big, Imm(INFINITY))
         zero = self.op("setp.eq.u32", small, Imm(0))
         magnitude = self.where(zero, "mov.b32", magnitude, Imm(0))
@@ -729,3 +764,196 @@ class _Rewriter:
         else:
             self.op("mov.b32", magnitude, dst=dst)
         self.where(self.op("setp.eq.u32", x, Imm(0)), "mov.b32", dst, Imm(0))
+
+    # -- division and square root: long division and the digit-by-digit root, one bit a step ---------------------------
+    def _precise(self, inst: Instruction, what: str) -> tuple:
+        """The destination and sources of div / rcp / sqrt .rn.f32 (correctly rounded to nearest even, what CUDA's
+        ``a / b``, ``1.0f / x`` and ``sqrtf`` compile to by default); .approx and .full are refused."""
+        mods = [m for m in inst.modifiers if m != "f32"]
+        if mods != ["rn"]:
+            named = ", ".join(f".{m}" for m in mods) or "no rounding modifier"
+            why = ("an approximate one's bits are those of the GPU's own hardware approximation, which no integer "
+                   "sequence reproduces; compile without --use_fast_math / -prec-div=false / -prec-sqrt=false"
+                   if set(mods) & {"approx", "full"} or not mods else "other roundings are not built")
+            raise _refuse(inst, f"the machine has no floating point: {what} of floats runs correctly rounded to "
+                                f"nearest even (.rn, CUDA's default -prec-div=true / -prec-sqrt=true), not with "
+                                f"{named}: {why}")
+        return self._operands(inst, 2 if inst.base == "div" else 1)
+
+    def _div(self, inst: Instruction) -> None:
+        dst, (a, b) = self._precise(inst, "a division")
+        self._quotient(dst, a, b)
+
+    def _rcp(self, inst: Instruction) -> None:
+        """rcp.rn.f32 (1.0f / x correctly rounded) is the division of 1.0 by x."""
+        dst, (x,) = self._precise(inst, "a reciprocal")
+        self._quotient(dst, Imm(0x3F800000), x)
+
+    def _literal(self, dst: Reg, value: float) -> None:
+        """dst = a float32 result worked out here (every operand a literal); a NaN is the canonical one."""
+        bits = CANONICAL_NAN if math.isnan(value) else struct.unpack("<I", struct.pack("<f", value))[0]
+        self.emit("mov.b32", Imm(bits), dst=dst)
+
+    def _loop(self, trips: int, body) -> None:
+        """``body()`` emitted once and run ``trips`` times: a label, the body, a counter counted down and a branch
+        back while it is nonzero (a uniform loop on the machine; a SIMT one with the rest under a divergent branch)."""
+        counter = self.emit("mov.b32", Imm(trips))
+        self.count += 1
+        label = Label(f"{self.prefix.replace('%', '$')}loop{self.count}")
+        self.body.append(label)
+        body()
+        self.emit("sub.s32", counter, Imm(1), dst=counter)
+        inst = self.inst
+        self.body.append(Instruction("bra", (label,), self.emit("setp.ne.u32", counter, Imm(0)), False, inst.line,
+                                     inst.text))
+
+    # Quotient bits a trip of the division's loop (None: straight-line) and root bits a trip of the square root's.
+    # Straight-line by default: overlays are cut wherever a run of ops fills the ROM, and a loop cut through costs a
+    # round of ROM feeds a trip (tests/test_float_arithmetic.py measures both forms).
+    DIVISION_LOOP: int | None = None        # 1, 2, 3, 4 or 6 (a divisor of 24, at most 7)
+    ROOT_LOOP: int | None = None            # 1, 2 or 11 (a divisor of 22)
+
+    def _quotient(self, dst: Reg, a, b) -> None:
+        """IEEE binary32 a / b, correctly rounded to nearest even, subnormals in and out, as NVIDIA's non-FTZ float
+        unit (and CUDA's ``a / b``) computes it.
+
+        Both significands with the hidden bit at 23 (a subnormal's normalised, its leading zeros taken from its
+        exponent); the dividend's doubled where it is the smaller, so the quotient q lies in [1, 2). Long division
+        then finds q's 24 bits below its leading one, one a step, the remainder r < divisor d kept above seven
+        quotient bits in one word W = r << 7 | bits: a step is W = 2W, then W = min(W, W - (d << 7 - 1)) (unsigned:
+        where 2r < d the subtraction wraps past W; else it subtracts d from 2r and sets the new quotient bit), three
+        ops; every 6 steps the bits move into the quotient Q. The 25-bit quotient, shifted to bit 30 with the
+        remainder's nonzero as a sticky bit, is rounded and packed as a product is (``_pack``: subnormal results
+        shifted right with the sticky bit first, overflow clamped to infinity). Straight-line, or with
+        ``DIVISION_LOOP`` a loop of that many steps a trip. Special operands as a product's with the divisor
+        inverted (0 <-> inf): x / 0 = inf, x / inf = 0, 0 / 0, inf / inf and any NaN the canonical NaN; the sign is
+        the xor of the signs."""
+        if isinstance(a, Imm) and isinstance(b, Imm):
+            with np.errstate(all="ignore"):
+                self._literal(dst, float(np.float32(_value(a.value)) / np.float32(_value(b.value))))
+            return
+        sign = self.op("and.b32", self.op("xor.b32", a, b), Imm(SIGN))
+        ma, mb = self.magnitude(a), self.magnitude(b)
+        ea = self.op("max.u32", self.op("and.b32", ma, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        eb = self.op("max.u32", self.op("and.b32", mb, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        sig_a = self.op("add.s32", self.op("sub.s32", ma, ea), Imm(SMALLEST_NORMAL))
+        sig_b = self.op("add.s32", self.op("sub.s32", mb, eb), Imm(SMALLEST_NORMAL))
+        # value = top * 2^(exponents - 283), top = the quotient with its leading bit at 30: ea - eb + 253 (in
+        # [0, 506], so the sum in place stays below 2^32)
+        if isinstance(eb, Imm):
+            exponents = self.op("shr.u32", self.op("add.s32", ea, Imm(((253 << 23) - eb.value) & WORD)), Imm(23))
+        else:
+            exponents = self.op("shr.u32", self.op("sub.s32", self.op("add.s32", ea, Imm(253 << 23)), eb), Imm(23))
+        # The special operands, as a product's with the divisor's magnitude inverted (0 <-> infinity, a NaN kept):
+        # of big / small, the larger and the smaller of that and the dividend's, a zero small gives 0, an infinite
+        # big infinity, both (0 / 0, inf / inf) or a NaN big the canonical NaN. Worked out here, so that only the
+        # sign and the exponent are live during the division: a result of 0 or infinity is an exponent that
+        # ``_pack`` takes below the subnormals or above the largest float (whatever the significands and the
+        # normalisation below, at most 32 either way, make of it), and a NaN is a sign word 0x7fffffff, which or'ed
+        # with any magnitude is the canonical NaN.
+        inverse = self.where(self.op("setp.eq.u32", mb, Imm(0)), "mov.b32",
+                             mb if isinstance(mb, Imm) else self.emit("mov.b32", mb), Imm(INFINITY))
+        inverse = self.where(self.op("setp.eq.u32", mb, Imm(INFINITY)), "mov.b32", inverse, Imm(0))
+        big, small = self.op("max.u32", ma, inverse), self.op("min.u32", ma, inverse)
+        zero = self.op("setp.eq.u32", small, Imm(0))
+        exponents = self.where(self.op("setp.ge.u32", big, Imm(INFINITY)), "mov.b32", exponents, Imm(500))
+        exponents = self.where(zero, "mov.b32", exponents, Imm(-256 & WORD))
+        big = self.where(zero, "add.s32", big, big, Imm(1))                    # 0 / 0, inf / inf: a NaN
+        sign = self.where(self.op("setp.gt.u32", big, Imm(INFINITY)), "mov.b32", sign, Imm(CANONICAL_NAN))
+        sig_a, exponents = self._normalise(sig_a, exponents, "sub.s32")
+        sig_b, exponents = self._normalise(sig_b, exponents, "add.s32")
+        smaller = self.op("setp.lt.u32", sig_a, sig_b)
+        sig_a = self.where(smaller, "shl.b32", sig_a, sig_a, Imm(1))
+        exponents = self.where(smaller, "sub.s32", exponents, exponents, Imm(1))
+        # the leading quotient bit (1) taken: W = (sig_a - sig_b) << 7, the remainder above 7 free bits
+        work = self.op("shl.b32", self.op("sub.s32", sig_a, sig_b), Imm(7))
+        if isinstance(work, Imm):
+            work = self.emit("mov.b32", work)
+        divisor = self.op("sub.s32", self.op("shl.b32", sig_b, Imm(7)), Imm(1))
+        group = self.DIVISION_LOOP or 6
+        quotient = self.emit("mov.b32", Imm(1)) if self.DIVISION_LOOP else Imm(1)
+
+        def trip() -> None:
+            nonlocal quotient
+            for _ in range(group):
+                self.emit("add.s32", work, work, dst=work)
+                self.emit("min.u32", work, self.emit("sub.s32", work, divisor), dst=work)
+            bits = self.emit("and.b32", work, Imm((1 << group) - 1))
+            self.emit("xor.b32", work, bits, dst=work)
+            quotient = self.op("or.b32", self.op("shl.b32", quotient, Imm(group)), bits,
+                               dst=quotient if isinstance(quotient, Reg) else None)
+
+        if self.DIVISION_LOOP:
+            self._loop(24 // group, trip)
+        else:
+            for _ in range(24 // group):
+                trip()
+        # Q has 25 bits (the leading one at 24); W holds the remainder (<< 7): nonzero, the quotient is inexact
+        top = self.op("shl.b32", quotient, Imm(6))
+        top = self.where(self.op("setp.ne.u32", work, Imm(0)), "or.b32", top, top, Imm(1))
+        self.op("or.b32", self._pack(top, exponents, carry=False), sign, dst=dst)
+
+    def _sqrt(self, inst: Instruction) -> None:
+        """IEEE binary32 sqrt(x), correctly rounded to nearest even (CUDA's ``sqrtf``), subnormal operands included.
+
+        The significand with its hidden bit at 23 (a subnormal's normalised), doubled where the exponent is even
+        (odd unbiased), so the root's exponent is half of it; the root's 25 bits (24 and a rounding bit) digit by
+        digit, one a step (fdlibm's e_sqrtf: with the partial root s (doubled) and the bit r, a step is t = s + r;
+        where t <= x: x -= t, s = t + r; then x = 2x, r = r / 2), straight-line (``ROOT_LOOP``: a loop of that many
+        steps a trip). A root is never half-way between two floats, so rounding is adding the rounding bit; it is
+        never subnormal nor overflows. sqrt(+-0) = +-0, sqrt(+inf) = +inf, a negative number or a NaN gives the
+        canonical NaN."""
+        dst, (x,) = self._precise(inst, "a square root")
+        if isinstance(x, Imm):
+            value = _value(x.value)
+            self._literal(dst, float(np.sqrt(np.float32(value))) if not value < 0 else math.nan)
+            return
+        magnitude = self.magnitude(x)
+        field = self.op("max.u32", self.op("and.b32", magnitude, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        sig = self.op("add.s32", self.op("sub.s32", magnitude, field), Imm(SMALLEST_NORMAL))
+        # e = the biased exponent (at least 1) + 125: the root's is e >> 1 + 1, and e is odd where the biased exponent
+        # is even
+        e = self.op("shr.u32", self.op("add.s32", field, Imm(125 << 23)), Imm(23))
+        sig, e = self._normalise(sig, e, "sub.s32")
+        # The result's exponent field, (the root's biased exponent - 1) << 23, to which the rounded root (its hidden
+        # bit adding the 1) is added; where the operand is special, the result itself (no field is 0, negative or
+        # above infinity's): so only this word is live during the root besides its own.
+        result = self.op("shl.b32", self.op("shr.u32", e, Imm(1)), Imm(23))
+        result = self.where(self.op("setp.gt.u32", x, Imm(INFINITY)), "mov.b32", result, Imm(CANONICAL_NAN))  # < 0
+        result = self.where(self.op("setp.eq.u32", x, Imm(INFINITY)), "mov.b32", result, Imm(INFINITY))
+        result = self.where(self.op("setp.eq.u32", magnitude, Imm(0)), "mov.b32", result, x)                # +-0
+        # the first step taken (its bit is always 1): x = 2 * (2 * sig - 2^24), with sig doubled for an odd e
+        rest = self.op("sub.s32", self.op("shl.b32", sig, self.op("add.s32", self.op("and.b32", e, Imm(1)), Imm(2))),
+                       Imm(1 << 25))
+        root = Imm(1 << 25)                                 # s: the partial root, doubled
+        if self.ROOT_LOOP:
+            root = self.emit("mov.b32", root)
+            # the bits 2^23 .. 2^2 by the loop (r a register), 2^1 after it
+            bit = self.emit("mov.b32", Imm(1 << 23))
+
+            def trip() -> None:
+                for _ in range(self.ROOT_LOOP):
+                    self._root_step(rest, root, bit)
+                    self.emit("shr.u32", bit, Imm(1), dst=bit)
+            self._loop(22 // self.ROOT_LOOP, trip)
+            self._root_step(rest, root, Imm(2))
+        else:
+            for k in range(23, 0, -1):
+                root = self._root_step(rest, root, Imm(1 << k))
+        # the last bit (r = 1) is the rounding bit: the root rounded is s / 4 plus it
+        last = self.op("setp.ge.u32", rest, self.op("add.s32", root, Imm(1)))
+        rounded = self.op("shr.u32", root, Imm(2))
+        rounded = self.where(last, "add.s32", rounded, rounded, Imm(1))
+        self.op("add.s32", result, rounded, dst=dst)
+        special = self.op("setp.ge.u32", self.op("sub.s32", result, Imm(1)), Imm(INFINITY - 1))
+        self.where(special, "mov.b32", dst, result)
+
+    def _root_step(self, rest: Reg, root, bit) -> Reg:
+        """One bit of the square root: t = s + r; where t <= x: x -= t, s = t + r; then x = 2x. Returns s's
+        register (a literal s, the first step's, is moved into one)."""
+        trial = self.op("add.s32", root, bit)
+        fits = self.emit("setp.ge.u32", rest, trial)
+        self.where(fits, "sub.s32", rest, rest, trial)
+        root = self.where(fits, "add.s32", root, trial, bit)
+        self.emit("add.s32", rest, rest, dst=rest)
+        return root
