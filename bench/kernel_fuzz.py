@@ -28,12 +28,25 @@ operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), and the ca
 and ceilf. ``--wide`` adds
 unsigned long long expressions (words zero- and sign-extended, 64-bit arithmetic, shifts, ?:) read back as their low
 word, a shifted-down word, a comparison or a remainder: the lowering must refuse what depends on the high word and
-run the rest exactly. All four are off by default, so a seed's programs stay what they were.
+run the rest exactly. ``--arith`` (implies ``--floats``) puts float32 arithmetic into the float expressions: a + b,
+a - b and a * b (PTX add.rn / sub.rn / mul.rn.f32: round to nearest even, subnormals in and out, overflow to
+infinity) of float subexpressions, words with their exponent held in a window (near 1, near 2^24, among the
+subnormals, near the largest floats: so that adds round and products underflow or overflow), edge literals (-0.0f,
+1e-45f, 1.1754944e-38f, 3.4e38f, 16777216.0f, infinities) and (float) of int and unsigned expressions
+(cvt.rn.f32.s32 / .u32), at most three arithmetic ops per float use; half the plain programs write a float
+expression's bits to out[]. Every arithmetic result is wrapped in ``canon()``, which makes a NaN the canonical NaN
+0x7fffffff in both the CUDA and the C source: the GPU (and the machine) write that NaN, x86 propagates payloads or
+makes 0xffc00000, and NVRTC's compiler may fold ``x + -0.0f`` to ``x``, payload and all; operands that must not be
+NaN (fmaxf / fminf's NaN-free side) are finite, so their sum or product is never a NaN. The C reference is compiled
+with ``-ffp-contract=off`` (the toolchain's --fmad=false) and without -ffast-math, in SSE registers. All five are off
+by default, so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
+    python -m qccl_bench.kernel_fuzz --programs 600 --seed 31 --floats --arith
 
-prints programs tried, run, refused (by reason), mismatches and internal errors; a mismatch prints its source and
+prints programs tried, run, refused (by reason), mismatches and internal errors (with --arith also how many of the
+programs that ran hold a float add, sub, mul and each conversion); a mismatch prints its source and
 both results, an internal error (any exception but a MachineError refusal or an NVRTC compile error, and the
 lowering's "internal: ..." MachineErrors: a bug) its source and the exception; either makes the exit status 1. The
 run goes on past both.
@@ -43,6 +56,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -65,15 +79,19 @@ class Case:
     x: list[int]
     out: list[int]
     phases: tuple[str, ...] = ()     # a block program: the bodies between barriers (body is then unused)
+    features: frozenset = frozenset()   # what the program holds that a report counts (--arith: fadd, fsub, ...)
 
 
 class Generator:
     """Random kernel bodies over unsigned / int variables v0..v3."""
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
-                 wide: bool = False):
+                 wide: bool = False, arith: bool = False):
         self.rng = rng
-        self.floats = floats    # unsigned expressions may compare, classify or read back float32 expressions
+        self.floats = floats or arith   # unsigned expressions may compare, classify or read back float32 expressions
+        self.arith = arith      # float expressions also add, subtract, multiply and convert ints (float)i, (float)u
+        self.arith_left = 0     # float arithmetic ops (+ - *) still allowed in the float expressions being drawn
+        self.features = set()   # fadd, fsub, fmul, cvt.s32, cvt.u32: what this program holds (--arith)
         self.wide = wide        # unsigned expressions may truncate, shift or compare 64-bit expressions
         self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
         self.shared = False     # leaves may read any thread's shared word (after the first barrier)
@@ -145,9 +163,76 @@ class Generator:
     NAN_LITERALS = ("__uint_as_float(0x7fc00000u | (((unsigned)x[0] + 20u) >> 8))",
                     "__uint_as_float(0xffc00001u | (((unsigned)x[0] + 20u) >> 8))")
 
+    # --arith: literals around the edges of rounding (the smallest subnormal, the largest normal's neighbourhood, the
+    # smallest normal, 2^24 where the integers stop being exact, a value that does not round exactly) and infinities.
+    ARITH_LITERALS = ("(-0.0f)", "0.0f", "1.0f", "(-1.0f)", "0.1f", "1.5f", "(-3.0f)", "1e-45f", "(-1e-45f)",
+                      "1.1754944e-38f", "5.877472e-39f", "3.4e38f", "(-3.4028235e38f)", "1.7014118e38f",
+                      "16777216.0f", "8388608.5f", "__uint_as_float(0x7f800000u)", "__uint_as_float(0xff800000u)")
+
+    def convert(self) -> str:
+        """(float) of an int or unsigned expression (cvt.rn.f32.s32 / .u32): never a NaN, never infinite; a shift
+        gives magnitudes where the value is exact or rounds at different places."""
+        word = self.pick([self.leaf(), self.expr(3), f"({self.leaf()} >> {int(self.rng.integers(1, 31))}u)",
+                          f"({self.leaf()} & {self.pick(['0x01ffffffu', '0xff000001u', '0x80000000u', '0xffffu'])})"])
+        if self.rng.random() < 0.5:
+            self.features.add("cvt.s32")
+            return f"(float)(int)({word})"
+        self.features.add("cvt.u32")
+        return f"(float)({word})"
+
+    # (mask, base): a word's sign and low bits in a window of exponents, so that operands of an add are close enough
+    # to round, and products land among the subnormals or overflow: [1, 2), [0.5, 2), the subnormals and smallest
+    # normals, the largest binades, 2^23..2^25 (where the integers stop being exact). Never a NaN nor infinite.
+    WINDOWS = (("0x807fffffu", "0x3f800000u"), ("0x80ffffffu", "0x3f000000u"), ("0x80ffffffu", "0x00000000u"),
+               ("0x80ffffffu", "0x7e800000u"), ("0x81ffffffu", "0x4b000000u"), ("0x80ffffffu", "0x1f800000u"))
+
+    def windowed(self) -> str:
+        mask, base = self.pick(self.WINDOWS)
+        word = self.pick([self.leaf(), "(unsigned)x[tid]", "(unsigned)x[(tid + 1u) & 7u]", self.expr(3)])
+        return f"__uint_as_float(({word} & {mask}) | {base})"
+
+    def finite_expr(self) -> str:
+        """A float32 expression that is never a NaN nor infinite (the word read as a float keeps an even exponent)."""
+        choice = self.rng.random()
+        if choice < 0.25:
+            return self.convert()
+        if choice < 0.5:
+            return self.windowed()
+        word = self.pick([self.leaf(), "(unsigned)x[tid]", self.expr(3)])
+        leaf = self.pick([f"__uint_as_float(({word}) & 0xff7fffffu)", self.pick(self.ARITH_LITERALS[:-2])])
+        return self.pick([leaf, leaf, f"(-{leaf})", f"fabsf({leaf})"])
+
+    def arith_expr(self, depth: int, nan_free: bool) -> str:
+        """``a + b``, ``a - b`` or ``a * b`` of float subexpressions, canonicalised: a NaN result becomes the canonical
+        NaN 0x7fffffff on both sides (the GPU writes it, x86 propagates payloads or makes 0xffc00000, and NVRTC's
+        compiler may fold x + -0.0f to x, payload and all). ``nan_free``: operands that are never NaN nor infinite, so
+        the result is never a NaN (it may overflow to infinity)."""
+        self.arith_left -= 1
+        op = self.pick(["+", "-", "*"])
+        self.features.add({"+": "fadd", "-": "fsub", "*": "fmul"}[op])
+
+        def operand():
+            if nan_free:
+                return self.finite_expr()
+            choice = self.rng.random()
+            if choice < 0.2:
+                return self.pick(self.ARITH_LITERALS)
+            if choice < 0.4:
+                return self.convert()
+            if choice < 0.65:
+                return self.windowed()
+            return self.float_expr(depth + 1)
+        a, b = operand(), operand()
+        return f"canon({a} {op} {b})"
+
     def float_expr(self, depth: int, nan_free: bool = False) -> str:
-        """A float32 expression: words read as floats, edge literals, and the float operations that do not round;
-        ``nan_free``: one that is never a NaN (a word read as a float has its exponent's low bit cleared)."""
+        """A float32 expression: words read as floats, edge literals, and the float operations that do not round
+        (with --arith also + - * and conversions from int / unsigned); ``nan_free``: one that is never a NaN (a word
+        read as a float has its exponent's low bit cleared)."""
+        if self.arith and self.arith_left > 0 and depth <= 3 and self.rng.random() < 0.45:
+            return self.arith_expr(depth, nan_free)
+        if self.arith and self.rng.random() < 0.15:
+            return self.convert()
         if depth > 3 or self.rng.random() < 0.4:
             if nan_free:
                 word = self.pick([self.leaf(), "(unsigned)x[tid]", self.expr(3)])
@@ -182,6 +267,10 @@ class Generator:
 
     def float_use(self, depth: int) -> str:
         """An unsigned expression of float32 values: a comparison, a class, or the bits."""
+        if self.arith:
+            self.arith_left = 3     # float arithmetic ops in this use's expressions: an add is ~60 machine ops
+            if self.rng.random() < 0.3:
+                return f"__float_as_uint({self.float_expr(depth)})"     # the bits, most often
         f, g = self.float_expr(depth), self.float_expr(depth)
         cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
         # (int) / (unsigned) of a float out of range is undefined in C, which NVRTC's compiler may use: the fuzzer
@@ -221,7 +310,12 @@ class Generator:
     def body(self) -> str:
         lines = ["unsigned v0 = tid, v1 = (unsigned)s0, v2 = (unsigned)x[tid], v3 = 0u;"]
         lines += [self.statement() for _ in range(int(self.rng.integers(1, 5)))]
-        lines.append(f"out[tid] = (int)({self.expr(1)});")
+        if self.arith and self.rng.random() < 0.5:
+            # the bits of a float expression straight to out[], so that a wrong rounding shows
+            self.arith_left = 3
+            lines.append(f"out[tid] = (int)__float_as_uint({self.float_expr(1)});")
+        else:
+            lines.append(f"out[tid] = (int)({self.expr(1)});")
         return " ".join(lines)
 
 
@@ -252,12 +346,19 @@ class Generator:
         return tuple(phases)
 
 
+# --arith: a float arithmetic result's NaN is made the canonical NaN (setp.nan and selp on the GPU), so what is
+# compared is the value, not a payload that the compilers leave open.
+CUDA_CANON = "__device__ __forceinline__ float canon(float f) { return f != f ? __int_as_float(0x7fffffff) : f; }\n"
+
+
 def cuda_source(body: str, phases: tuple[str, ...] = ()) -> str:
+    prelude = CUDA_CANON if "canon(" in body + "".join(phases) else ""
     if phases:
-        return ('#define NT blockDim.x\nextern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
+        return (prelude + '#define NT blockDim.x\n'
+                'extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
                 '  __shared__ unsigned sh[8];\n  const unsigned tid = threadIdx.x;\n  '
                 + "\n  __syncthreads();\n  ".join(phases) + "\n}\n")
-    return ('extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
+    return (prelude + 'extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
             '  const unsigned tid = threadIdx.x;\n  ' + body + "\n}\n")
 
 
@@ -290,6 +391,7 @@ static float ptx_canonical(float f) { return isnan(f) ? __uint_as_float(0x7fffff
 #define truncf(a) ptx_canonical(truncf(a))
 #define floorf(a) ptx_canonical(floorf(a))
 #define ceilf(a) ptx_canonical(ceilf(a))
+#define canon(a) ptx_canonical(a)
 """
 
 
@@ -343,7 +445,13 @@ def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     with open(source, "w") as f:
         f.write("".join(parts))
     # -fwrapv: int conversions of out-of-range unsigned values wrap as on the GPU (no UB is relied upon).
-    subprocess.run(["gcc", "-O1", "-fwrapv", "-w", "-o", binary, source], check=True, timeout=300)
+    # -ffp-contract=off: a * b + c is a rounded multiply, then a rounded add (the toolchain's --fmad=false); no
+    # -ffast-math; float arithmetic in SSE registers (x86-64's default; said outright for a 32-bit x86 host, whose
+    # default x87 would round to a wider precision first).
+    flags = ["-O1", "-fwrapv", "-ffp-contract=off", "-fno-fast-math", "-w"]
+    if platform.machine().lower() in ("i386", "i486", "i586", "i686", "x86"):
+        flags += ["-msse2", "-mfpmath=sse"]
+    subprocess.run(["gcc", *flags, "-o", binary, source, "-lm"], check=True, timeout=300)
     run = subprocess.run([binary], check=True, capture_output=True, text=True, timeout=60)
     return [[int(v) for v in line.split()] for line in run.stdout.splitlines()]
 
@@ -353,8 +461,8 @@ def int_arg(v: int) -> str:
 
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
-              floats: bool = False, wide: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics, floats, wide)
+              floats: bool = False, wide: bool = False, arith: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats, wide, arith)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -363,8 +471,10 @@ def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = Fals
     if shared and rng.random() < shared:
         threads = int(rng.choice([5, 6, 8, 8]))         # block programs: several warps (a partial last one)
         out = [int(v) for v in rng.integers(-100, 100, threads)]
-        return Case("", threads, s0, s1, x, out, gen.phases())
-    return Case(gen.body(), threads, s0, s1, x, out)
+        phases = gen.phases()
+        return Case("", threads, s0, s1, x, out, phases, frozenset(gen.features))
+    body = gen.body()
+    return Case(body, threads, s0, s1, x, out, features=frozenset(gen.features))
 
 
 def classify(error: Exception) -> str:
@@ -391,22 +501,25 @@ def run_machine(case: Case):
 
 
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
-         narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False) -> dict:
+         narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
+         arith: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
-    ``wide``: 64-bit expressions); returns counts (tried, ran, refused by reason), the mismatches and the internal
-    errors (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted
-    and the run goes on with the next. Without those four a seed gives the same programs as before they existed."""
+    ``wide``: 64-bit expressions; ``arith``: float32 + - * and (float) of ints, implies ``floats``); returns counts
+    (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul or an
+    int / unsigned conversion), the mismatches and the internal errors (case, the exception's text): a program whose
+    lowering or run raises anything but a refusal is counted and the run goes on with the next. Without those five a
+    seed gives the same programs as before they existed."""
     from qwengpu.isa import MachineError
     from qwengpu.toolchain import CompileError
     rng = np.random.default_rng(seed)
     report = {"tried": 0, "ran": 0, "refused": collections.Counter(), "mismatches": [], "compile_errors": 0,
-              "internal_errors": []}
+              "internal_errors": [], "features": collections.Counter()}
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats, wide)
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -430,6 +543,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
                               f"s1={case.s1} out0={case.out} threads={case.threads}", flush=True)
                     continue
                 report["ran"] += 1
+                report["features"].update(case.features)
                 if got != want:
                     report["mismatches"].append((case, got, want))
                     if verbose:
@@ -459,15 +573,21 @@ def main(argv=None) -> int:
     parser.add_argument("--wide", action="store_true",
                         help="unsigned long long expressions (widened words, 64-bit arithmetic, shifts, compares) "
                              "read back as their low word, a shifted word or a comparison")
+    parser.add_argument("--arith", action="store_true",
+                        help="with --floats (implied): float32 a + b, a - b, a * b (round to nearest even, "
+                             "subnormals, overflow to infinity; a NaN result canonicalised on both sides) and "
+                             "(float) of int and unsigned expressions, among edge literals")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
-                  atomics=args.atomics, floats=args.floats, wide=args.wide)
+                  atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "
           f"internal errors {len(report['internal_errors'])} ({time.time() - start:.0f} s)")
     for reason, count in report["refused"].most_common():
         print(f"  refused {count:5d}: {reason}")
+    if report["features"]:
+        print("  ran with " + ", ".join(f"{name} {count}" for name, count in sorted(report["features"].items())))
     return 1 if report["mismatches"] or report["internal_errors"] else 0
 
 

@@ -151,33 +151,42 @@ _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%", "l
             "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-def _source(expr) -> str:
-    """Python source computing a traced expression from the arguments ``a``."""
-    if not isinstance(expr, tuple):
-        return repr(expr)
-    kind = expr[0]
-    if kind == "arg":
-        return f"a[{expr[1]}]"
-    if kind == "abs":
-        return f"abs({_source(expr[1])})"
-    if kind in _UNARY:
-        return f"({_SYMBOLS[kind]}{_source(expr[1])})"
-    return f"({_source(expr[1])} {_SYMBOLS[kind]} {_source(expr[2])})"
-
-
 def _test(decisions):
     """One function that tells whether every decision comes out as recorded for arguments ``a``: the checks are
-    generated as Python source once per template (a launch runs hundreds of them)."""
-    terms = []
+    generated as Python source once per template (a launch runs hundreds of them). Each traced value is one
+    statement (``t7 = t3 + a[1]``) written just before the first check that needs it, so a long chain of arithmetic
+    (a float's integer ops on an argument) nests no deeper than one operator, shared values are computed once, and
+    a check is not reached once an earlier one has failed (as the lowering, which took that branch, never was)."""
+    lines: list[str] = []
+    names: dict[int, str] = {}
+
+    def name(expr) -> str:
+        if not isinstance(expr, tuple):
+            return repr(expr)
+        if expr[0] == "arg":
+            return f"a[{expr[1]}]"
+        if id(expr) not in names:
+            kind = expr[0]
+            if kind == "abs":
+                value = f"abs({name(expr[1])})"
+            elif kind in _UNARY:
+                value = f"{_SYMBOLS[kind]}{name(expr[1])}"
+            else:
+                value = f"{name(expr[1])} {_SYMBOLS[kind]} {name(expr[2])}"
+            names[id(expr)] = f"t{len(names)}"
+            lines.append(f"    {names[id(expr)]} = {value}")
+        return names[id(expr)]
+
     for kind, expr, others, outcome in decisions:
-        x = _source(expr)
+        x = name(expr)
         if kind in _SYMBOLS:
-            terms.append(f"(({x} {_SYMBOLS[kind]} {_source(others[0])}) == {outcome!r})")
+            test = f"({x} {_SYMBOLS[kind]} {name(others[0])}) == {outcome!r}"
         else:
-            other = f", {_source(others[0])}" if others else ", None"
-            terms.append(f"(D[{kind!r}]({x}{other}) == {outcome!r})")
-    return eval("lambda a: " + (" and ".join(terms) or "True"),      # noqa: S307 (source built here)
-                {"D": _DECISIONS, "nan": float("nan"), "inf": float("inf")})
+            test = f"D[{kind!r}]({x}, {name(others[0]) if others else None}) == {outcome!r}"
+        lines.append(f"    if not ({test}):\n        return False")
+    namespace = {"D": _DECISIONS, "nan": float("nan"), "inf": float("inf")}
+    exec("def fits(a):\n" + "\n".join(lines + ["    return True"]), namespace)     # noqa: S102 (source built here)
+    return namespace["fits"]
 
 
 def _map(x, leaf):

@@ -114,3 +114,18 @@ def test_edge_values_take_their_own_decisions(value):
         for v in (value, 4) if -2**31 <= value < 2**31 else (4,):
             args = (64, 80, mode, 4, v, value & 0xFFFFFFFF)
             assert same(spec.program(args, 4), lower(kernel.ptx, list(args), 4))
+
+
+def test_a_long_chain_of_arithmetic_on_arguments_is_checked_without_nesting():
+    """A float add and subtract of converted arguments: the integer ops the lowering decides on are a chain of
+    hundreds of traced operations; the checks once nested them past Python's parser (the fuzzer's --arith seed 7).
+    Each launch's result is numpy's float32."""
+    source = ('extern "C" __global__ void k(int *out, int s0, int s1) { '
+              'out[threadIdx.x] = __float_as_int(((float)s0 + 1.0f) - (float)s1); }')
+    dev = Device()
+    dev.alloc(4, at=0)
+    kernel = dev.load_kernel(source, "k")
+    for s0, s1 in ((735548331, 2134576876), (1, 2), (735548331, 2134576876), (-5, 7)):
+        dev.launch(kernel, threads=4, args=[0, s0, s1])
+        want = ((np.float32(s0) + np.float32(1.0)) - np.float32(s1)).view(np.uint32)
+        assert (dev.read(0, 4).view(np.uint32) == want).all()

@@ -12,7 +12,9 @@ from any overlay to any other, a loop around a cut included (each trip then cost
 only follows the model's control tokens and feeds rows in a fixed order; every value, the resume points included,
 is computed and stored by the machine.
 
-The cuts: from each overlay's first op, the longest run whose program fits (blocks and registers), by bisection.
+The cuts: from each overlay's first op, the longest run whose program fits (blocks and registers), by bisection;
+then, in the run's last quarter, where the fewest registers are live across the cut; and not inside a loop that
+fits an overlay of its own (the cut moves before it, or every trip would cost a round of the overlays).
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
@@ -92,6 +94,11 @@ class _Cutter:
         self.cycles = False         # overlay 0 may be entered again (set when a later cut makes a loop cross one)
         live, defined = live_in(mops, observed_keeps(mops)), defined_in(mops)
         self.kept = [sorted(live[i] & defined[i]) for i in range(len(mops))]
+
+    def loops(self) -> list[tuple[int, int]]:
+        """(first op, op of the branch back to it) of each loop: a branch to itself or an earlier op."""
+        return [(mop.target_index, i) for i, mop in enumerate(self.mops)
+                if _jumps(mop) and mop.target_index is not None and mop.target_index <= i]
 
     @property
     def resume_word(self) -> tuple:
@@ -203,7 +210,7 @@ def split(why: str, mops: list[MOp], threads: int, fits) -> Overlays:
 
 
 def _cuts(why: str, cutter: _Cutter, fits) -> list[int]:
-    """From each overlay's first op, the longest run whose program fits."""
+    """Each overlay's first op, and the end (the module's docstring says how the cuts are chosen)."""
     mops = cutter.mops
     n = len(mops)
     bounds = [0]
@@ -213,6 +220,11 @@ def _cuts(why: str, cutter: _Cutter, fits) -> list[int]:
         def good(stop: int) -> bool:
             programs, _ = cutter.programs(bounds + [stop] + ([n] if stop < n else []))
             return fits(programs[len(bounds) - 1])
+
+        def whole(first: int, stop: int) -> bool:
+            """Whether ops first..stop-1 fit one overlay (cut before and after them)."""
+            programs, _ = cutter.programs(bounds + [first, stop] + ([n] if stop < n else []))
+            return fits(programs[len(bounds)])
 
         if not good(start + 1):
             mop = mops[start]
@@ -233,5 +245,11 @@ def _cuts(why: str, cutter: _Cutter, fits) -> list[int]:
             # each kept register costs every warp a store and a load, and a word per thread of block memory.
             near = [stop for stop in range(lo - (lo - start) // 4, lo) if good(stop)] + [lo]
             lo = min(reversed(near), key=lambda stop: len(cutter.kept[stop]))
+            # A cut inside a loop that would fit an overlay of its own costs a round of the overlays every trip:
+            # cut before the outermost such loop instead, so it runs from one ROM.
+            for head, latch in sorted(cutter.loops()):
+                if start < head < lo <= latch and whole(head, latch + 1):
+                    lo = head
+                    break
         bounds.append(lo)
     return bounds
