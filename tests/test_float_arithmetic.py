@@ -19,7 +19,7 @@ import pytest
 
 from qwengpu import Device, MachineError
 from qwengpu.lowering.floats import as_integers
-from qwengpu.ptx import Imm, Instruction, Kernel, Label, Reg
+from qwengpu.ptx import Imm, Instruction, Kernel, Label, Mem, Reg
 from qwengpu.toolchain import compile_cuda
 
 CANONICAL_NAN = 0x7FFFFFFF
@@ -141,6 +141,8 @@ def evaluate(body: list, registers: dict[str, np.ndarray], n: int, trace: list |
                 result = np.where(args[2] != 0, args[0], args[1]).astype(U32)
             elif base == "mov":
                 result = args[0].copy()
+            elif base == "not":
+                result = ~args[0]
             elif base == "neg":
                 result = (U32(0) - args[0]).astype(U32)
             elif base == "abs":
@@ -480,7 +482,7 @@ def test_the_rewrites_are_integer_and_short():
     counts = {op: instruction_count(op) for op in ("add.f32", "sub.f32", "mul.f32", "cvt.rn.f32.s32",
                                                    "cvt.rn.f32.u32", "div.rn.f32", "rcp.rn.f32", "sqrt.rn.f32")}
     print("integer PTX instructions:", counts)
-    assert counts["add.f32"] <= 64 and counts["mul.f32"] <= 72 and counts["cvt.rn.f32.u32"] <= 32
+    assert counts["add.f32"] <= 66 and counts["mul.f32"] <= 72 and counts["cvt.rn.f32.u32"] <= 32
     assert counts["div.rn.f32"] <= 180 and counts["rcp.rn.f32"] <= 160 and counts["sqrt.rn.f32"] <= 160
     for opcode in counts:
         for inst in as_integers(float_kernel(opcode)).body:
@@ -685,16 +687,303 @@ def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
     ("rcp.approx.f32", r"a reciprocal of floats runs correctly rounded .*not with \.approx"),
     ("rsqrt.approx.f32", r"a reciprocal square root of floats is only approximate in PTX"),
     ("ex2.approx.f32", r"a power of two of floats is only approximate"),
-    ("cvt.rz.f32.s32", r"a conversion that rounds or normalises"),
-    ("cvt.rn.f32.s64", r"a conversion that rounds or normalises"),
+    ("cvt.rz.f32.s32", r"of the conversions of float32, .*other roundings .* are not built"),
+    ("cvt.rn.f32.s64", r"conversions from or to 64-bit or 16-bit types .* are not built"),
+    ("cvt.rni.s64.f32", r"conversions from or to 64-bit or 16-bit types"),
+    ("cvt.rmi.s32.f32", r"\.rmi / \.rpi to an int\) are not built"),
+    ("fma.rn.f32", r"expf, logf or sinf uses fma itself .*ex2 / lg2 / sin units"),
+    ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
+    ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),
+    ("atom.add.f32", r"add \(CUDA's atomicAdd\) on \.global or \.shared memory runs"),
     ("add.f64", r"not \.f64"),
 ])
 def test_other_arithmetic_is_refused_by_name(opcode, named):
     operands = 3 if opcode.startswith(("fma", "mad")) else \
         1 if opcode.startswith(("sqrt", "rcp", "rsqrt", "ex2", "cvt")) else 2
     kernel = float_kernel(opcode, operands)
+    if opcode.startswith(("atom", "red")):
+        address = Mem(Reg("%rd1"), 0)
+        operands = (address, Reg("%f1")) if opcode.startswith("red") else (Reg("%f3"), address, Reg("%f1"))
+        kernel.body[0] = Instruction(opcode, operands, None, False, 3, f"{opcode} ...")
     if operands == 3:
         kernel.body[0] = Instruction(opcode, (Reg("%f3"), Reg("%f1"), Reg("%f2"), Reg("%f1")), None, False, 3,
                                      f"{opcode} %f3, ...")
     with pytest.raises(MachineError, match=r"line 3 \(.*" + named):
         as_integers(kernel)
+
+
+# ------------------------------------------------------------------------------------------------ rounding to an integer
+
+def bits_of(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.float32).view(U32)
+
+
+def _convert(opcode: str, a: np.ndarray) -> np.ndarray:
+    """cvt ``opcode`` %d, %f1 rewritten and evaluated on each word of a."""
+    out = Reg("%f3") if opcode.endswith(".f32.f32") else Reg("%r3")
+    body = [Instruction(opcode, (out, Reg("%f1")), None, False, 3, f"{opcode} {out.name}, %f1")]
+    kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32", "%r": "b32"}))
+    return evaluate(kernel.body, {"%f1": a, out.name: np.zeros(len(a), U32)}, len(a))[out.name]
+
+
+def _nearest_int(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """PTX's cvt.rni to an integer: ties to even, saturated to [lo, hi], a NaN 0."""
+    with np.errstate(invalid="ignore"):
+        r = np.rint(f32(a).astype(np.float64))
+        r = np.where(np.isnan(r), 0, np.clip(r, lo, hi))
+    return r.astype(np.int64).astype(np.uint64).astype(U32)
+
+
+def rounding_operands(rng) -> np.ndarray:
+    """Edge values, halves and their neighbours (ties both ways), the integer limits' neighbours, random bits and
+    floats of every scale, both signs."""
+    halves = (np.arange(-70, 70) + 0.5).astype(np.float32).view(U32)
+    near_limits = np.array([0x4EFFFFFF, 0x4F000000, 0x4F000001, 0x4F7FFFFF, 0x4F800000, 0x4F800001, 0x4B000000,
+                            0x4AFFFFFF, 0x4B7FFFFF, 0x3EFFFFFF, 0x3F000000, 0x3F000001, 0x3F7FFFFF, 0x3F800000,
+                            0x3FBFFFFF, 0x3FC00000, 0x3FC00001], dtype=U32)
+    a = np.concatenate([np.array(EDGE, dtype=U32), halves, halves - U32(1), halves + U32(1), near_limits,
+                        random_bits(rng, 20000), mixed_scale(rng, 20000),
+                        (rng.integers(-2 ** 26, 2 ** 26, 20000) / 2.0 ** rng.integers(0, 4, 20000)).astype(
+                            np.float32).view(U32),
+                        np.arange(0x3E800000, 0x4B800000, 997, dtype=U32)])      # [0.25, 2^24): every exponent
+    return np.concatenate([a, a ^ U32(0x80000000)])
+
+
+def test_rint_and_float_to_int_rounding_to_nearest_even():
+    """cvt.rni.f32.f32 (rintf, nearbyintf) against numpy's rint (ties to even), a NaN the canonical NaN; cvt.rni
+    .s32 / .u32 .f32 (__float2int_rn, __float2uint_rn) saturated to the type's range, a NaN 0, as PTX says."""
+    a = rounding_operands(np.random.default_rng(41))
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(_convert("cvt.rni.f32.f32", a), canonical(np.rint(f32(a))))
+    np.testing.assert_array_equal(_convert("cvt.rni.s32.f32", a), _nearest_int(a, -2 ** 31, 2 ** 31 - 1))
+    np.testing.assert_array_equal(_convert("cvt.rni.u32.f32", a), _nearest_int(a, 0, 2 ** 32 - 1))
+    got = f32(_convert("cvt.rni.f32.f32", bits_of([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, -0.7, 8388607.5])))
+    assert list(got) == [0.0, 2.0, 2.0, -0.0, -2.0, 0.0, -1.0, 8388608.0]
+    assert np.signbit(got[3]) and not np.signbit(got[5])
+    ints = _convert("cvt.rni.s32.f32", bits_of([2.5, -2.5, 3.5, 2147483520.0, 2.2e9, -2.2e9, np.nan]))
+    assert list(ints.view(np.int32)) == [2, -2, 4, 2147483520, 2 ** 31 - 1, -2 ** 31, 0]
+    counts = {op: len(as_integers(Kernel("k", body=[Instruction(op, (Reg("%r3"), Reg("%f1")), None, False, 3, op)],
+                                         registers={"%f": "f32", "%r": "b32"})).body)
+              for op in ("cvt.rni.f32.f32", "cvt.rni.s32.f32", "cvt.rni.u32.f32")}
+    print("integer PTX instructions:", counts)
+    assert max(counts.values()) <= 26
+
+
+ROUNDING_CU = r"""
+extern "C" __global__ void rounding(float *y, int *n, unsigned *u, const float *x)
+{
+    int i = threadIdx.x;
+    y[i] = rintf(x[i]);
+    n[i] = __float2int_rn(x[i]);
+    u[i] = __float2uint_rn(x[i]);
+}
+"""
+
+
+def test_rounding_to_nearest_launched():
+    """rintf, __float2int_rn, __float2uint_rn (NVRTC: cvt.rni .f32 / .s32 / .u32 .f32) on the interpreter."""
+    dev = Device(backend="interpreter")
+    kernel = dev.load_kernel(compile_cuda(ROUNDING_CU), "rounding")
+    rng = np.random.default_rng(42)
+    a = np.concatenate([bits_of([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, 8388607.5, 3e9, -3e9, np.inf, -np.inf,
+                                 np.nan, -0.0, 1e-40, -0.75, 4294967040.0]), mixed_scale(rng, 16),
+                        (rng.standard_normal(32) * 100).astype(np.float32).view(U32)])
+    y, n, u, x = dev.alloc(4), dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    got = np.zeros((3, len(a)), dtype=U32)
+    for k in range(0, len(a), 4):
+        dev.write(x, a[k:k + 4].view(np.int32))
+        dev.launch(kernel, threads=4, args=[y, n, u, x])
+        for row, p in enumerate((y, n, u)):
+            got[row, k:k + 4] = dev.read(p, 4).view(U32)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got[0], canonical(np.rint(f32(a))))
+    np.testing.assert_array_equal(got[1], _nearest_int(a, -2 ** 31, 2 ** 31 - 1))
+    np.testing.assert_array_equal(got[2], _nearest_int(a, 0, 2 ** 32 - 1))
+
+
+def test_roundf_needs_a_rounding_toward_zero_add():
+    """NVRTC's roundf(x) is truncf(x + copysignf(0.5f, x)) with the add rounding toward zero (copysign.f32,
+    add.rz.f32, cvt.rzi.f32.f32: so 0.49999997f + 0.5f stays below 1): add.rz is not built, so roundf is refused
+    naming it."""
+    text = compile_cuda('extern "C" __global__ void r(float *y) { y[0] = roundf(y[1]); }')
+    assert "add.rz.f32" in text
+    with pytest.raises(MachineError, match=r"not with \.rz\): add\.rz\.f32"):
+        dev = Device(backend="interpreter")
+        y = dev.alloc(2)
+        dev.launch(dev.load_kernel(text, "r"), threads=1, args=[y])
+
+
+# ------------------------------------------------------------------------------------------------ atomicAdd on a float
+
+ATOMIC_CU = r"""
+extern "C" __global__ void add_one(float *y, const float *x)
+{
+    atomicAdd(&y[0], x[threadIdx.x]);
+}
+
+extern "C" __global__ void add_two(float *y, const float *x, float *old)
+{
+    int i = threadIdx.x;
+    old[i] = atomicAdd(&y[i % 2], x[i]);
+}
+
+extern "C" __global__ void add_some(float *y, const float *x, int n)
+{
+    int i = threadIdx.x;
+    if (i < n)
+        atomicAdd(&y[0], x[i]);
+}
+
+extern "C" __global__ void add_shared(float *y, const float *x)
+{
+    __shared__ float s[1];
+    int i = threadIdx.x;
+    if (i == 0) s[0] = y[0];
+    __syncthreads();
+    atomicAdd(&s[0], x[i]);
+    __syncthreads();
+    if (i == 0) y[0] = s[0];
+}
+"""
+
+
+def _flush(values: np.ndarray) -> np.ndarray:
+    """float32 values with subnormals flushed to a zero of their sign (FTZ)."""
+    values = np.asarray(values, dtype=np.float32).copy()
+    tiny = (values != 0) & (np.abs(values) < np.float32(2.0 ** -126))
+    values[tiny] = np.copysign(np.float32(0), values[tiny])
+    return values
+
+
+def sequential_sum(start: int, xs, ftz: bool) -> tuple[int, list[int]]:
+    """start + xs[0] + xs[1] + ... in float32, one add at a time (FTZ: CUDA's atomicAdd on global memory, which
+    flushes subnormal inputs and results; shared memory keeps them); the final word and the word before each add."""
+    word, olds = np.array([start], dtype=U32), []
+    for x in np.asarray(xs, dtype=U32):
+        olds.append(int(word[0]))
+        a, b = f32(word), f32([x])
+        with np.errstate(all="ignore"):
+            total = _flush(_flush(a) + _flush(b)) if ftz else a + b
+        word = canonical(total)
+    return int(word[0]), olds
+
+
+@pytest.fixture
+def atomics():
+    """A fresh device (memory from word 0: with 8 threads the overlays' state takes most of it) and the kernels."""
+    return Device(backend="interpreter"), compile_cuda(ATOMIC_CU)
+
+
+def test_atomic_add_one_address_in_lane_then_warp_order(atomics):
+    """atomicAdd(&y[0], x[i]) from 4 and 8 threads: the compare-and-swap loop lands the adds in lane order within a
+    warp (the machine's atom.cas takes lanes in order; each trip the first waiting lane succeeds), warps one after
+    another: bit for bit the float32 sum in thread order."""
+    dev, text = atomics
+    kernel = dev.load_kernel(text, "add_one")
+    rng = np.random.default_rng(51)
+    y, x = dev.alloc(1), dev.alloc(8)
+    for threads in (4, 8):
+        for trial in range(3):
+            xs = (rng.standard_normal(8) * 10.0 ** rng.integers(-3, 4, 8)).astype(np.float32).view(U32)
+            start = int(mixed_scale(rng, 1)[0] & U32(0x3FFFFFFF)) if trial else 0
+            dev.write(y, np.array([start], dtype=U32).view(np.int32))
+            dev.write(x, xs.view(np.int32))
+            before = dict(dev.stats)
+            dev.launch(kernel, threads=threads, args=[y, x])
+            if threads == 4 and trial == 0:
+                print("atomicAdd(&y[0], x[i]), 4 threads:",
+                      {k: dev.stats[k] - before[k] for k in ("records", "tokens_written", "tokens_fed")})
+            assert int(dev.read(y, 1).view(U32)[0]) == sequential_sum(start, xs[:threads], ftz=True)[0]
+    # a different order gives a different sum here: the test tells the orders apart
+    xs = bits_of([1.0, 2.0 ** -24, 2.0 ** -24, -1.0])
+    dev.write(y, np.zeros(1, dtype=np.int32))
+    dev.write(x, xs.view(np.int32))
+    dev.launch(kernel, threads=4, args=[y, x])
+    assert dev.read(y, 1).view(np.float32)[0] == 0.0 == f32([sequential_sum(0, xs, True)[0]])[0]
+    assert f32([sequential_sum(0, xs[::-1], True)[0]])[0] != 0.0
+
+
+def test_atomic_add_two_addresses_and_the_old_values(atomics):
+    """old[i] = atomicAdd(&y[i % 2], x[i]), 4 and 8 threads: each address's adds in thread order, each thread's
+    returned word the one before its own add."""
+    dev, text = atomics
+    kernel = dev.load_kernel(text, "add_two")
+    rng = np.random.default_rng(52)
+    y, x, old = dev.alloc(2), dev.alloc(8), dev.alloc(8)
+    for threads in (4, 8):
+        xs = rng.standard_normal(threads).astype(np.float32).view(U32)
+        starts = rng.standard_normal(2).astype(np.float32).view(U32)
+        dev.write(y, starts.view(np.int32))
+        dev.write(x, xs.view(np.int32))
+        dev.launch(kernel, threads=threads, args=[y, x, old])
+        expect_old = np.zeros(threads, dtype=U32)
+        for k in (0, 1):
+            final, olds = sequential_sum(int(starts[k]), xs[k::2], ftz=True)
+            assert int(dev.read(y, 2).view(U32)[k]) == final
+            expect_old[k::2] = olds
+        np.testing.assert_array_equal(dev.read(old, threads).view(U32), expect_old)
+
+
+def test_atomic_add_edge_values(atomics):
+    """Infinities, NaNs (the canonical NaN, a NaN in memory included: the loop compares bits), -0 + -0, inf - inf,
+    and subnormals, which an atomic add on global memory flushes to zero of their sign (CUDA's FADD.FTZ.RN) and one
+    on shared memory keeps."""
+    dev, text = atomics
+    one, shared = dev.load_kernel(text, "add_one"), dev.load_kernel(text, "add_shared")
+    y, x = dev.alloc(1), dev.alloc(4)
+    inf, nan, neg0, tiny = 0x7F800000, 0x7FC00000, 0x80000000, 0x00000003
+    cases = [(0, [inf, 0x3F800000, 0xBF800000, 0]), (inf, [0xFF800000, 0, 0, 0]), (nan, [0, 0, 0, 0]),
+             (0xFFC00123, [0x3F800000, 0, 0, 0]), (neg0, [neg0] * 4), (0, [neg0] * 4), (neg0, [0, neg0, neg0, neg0]),
+             (tiny, [tiny, tiny, 0x80000001, 0]), (0x00800000, [0x80000001, 0, 0, 0]), (0x00800001, [0x80000001] * 4),
+             (0x7F7FFFFF, [0x7F7FFFFF, 0xFF7FFFFF, 0, 0]), (0x3F800000, [0x007FFFFF] * 4)]
+    for start, xs in cases:
+        xs = np.array(xs, dtype=U32)
+        for kernel, ftz in ((one, True), (shared, False)):
+            dev.write(y, np.array([start], dtype=U32).view(np.int32))
+            dev.write(x, xs.view(np.int32))
+            dev.launch(kernel, threads=4, args=[y, x])
+            got = int(dev.read(y, 1).view(U32)[0])
+            assert got == sequential_sum(start, xs, ftz)[0], (hex(start), [hex(v) for v in xs], hex(got), ftz)
+    dev.write(y, np.array([neg0], dtype=U32).view(np.int32))
+    dev.write(x, np.full(4, neg0, dtype=U32).view(np.int32))
+    dev.launch(one, threads=4, args=[y, x])
+    assert int(dev.read(y, 1).view(U32)[0]) == neg0                    # -0 + -0 = -0
+
+
+def test_atomic_add_under_a_divergent_branch_and_on_shared_memory(atomics):
+    """``if (i < n) atomicAdd(&y[0], x[i])`` with n = 0..8 of 8 threads, and a __shared__ float summed by 8 threads
+    (two warps, barriers around): thread order, subnormals kept on shared memory."""
+    dev, text = atomics
+    some, shared = dev.load_kernel(text, "add_some"), dev.load_kernel(text, "add_shared")
+    rng = np.random.default_rng(53)
+    y, x = dev.alloc(1), dev.alloc(8)
+    xs = rng.standard_normal(8).astype(np.float32).view(U32)
+    dev.write(x, xs.view(np.int32))
+    for n in (0, 1, 3, 6, 8):
+        dev.write(y, np.zeros(1, dtype=np.int32))
+        dev.launch(some, threads=8, args=[y, x, n])
+        assert int(dev.read(y, 1).view(U32)[0]) == sequential_sum(0, xs[:n], ftz=True)[0], n
+    xs = np.concatenate([xs[:6], np.array([0x00000005, 0x80000002], dtype=U32)])
+    dev.write(x, xs.view(np.int32))
+    for threads in (4, 8):
+        dev.write(y, np.array([0x00000007], dtype=np.int32))
+        dev.launch(shared, threads=threads, args=[y, x])
+        assert int(dev.read(y, 1).view(U32)[0]) == sequential_sum(7, xs[:threads], ftz=False)[0], threads
+
+
+def test_atomic_add_rewrite():
+    """The rewrite: a plain ld of the word, a loop label, the add, atom.cas.b32 on the same address and a branch
+    back where the swap failed; red (no old value) the same without the final move; the global one flushes."""
+    address = Mem(Reg("%rd1"), 4)
+    for opcode, operands in (("atom.global.add.f32", (Reg("%f3"), address, Reg("%f1"))),
+                             ("red.shared.add.f32", (address, Reg("%f1")))):
+        body = [Instruction(opcode, operands, None, False, 5, opcode)]
+        out = as_integers(Kernel("k", body=body, registers={"%f": "f32", "%rd": "b64"})).body
+        opcodes = [i.opcode for i in out if isinstance(i, Instruction)]
+        space = opcode.split(".")[1]
+        assert opcodes[0] == f"ld.{space}.b32" and f"atom.{space}.cas.b32" in opcodes
+        assert sum(isinstance(i, Label) for i in out) == 1 and opcodes.count("bra") == 1
+        cas = next(i for i in out if isinstance(i, Instruction) and i.base == "atom")
+        assert cas.operands[1] == address and all(i.line == 5 for i in out if isinstance(i, Instruction))
+        assert (opcodes[-1] == "mov.b32") == opcode.startswith("atom")
+        print(opcode, "integer PTX instructions:", len(opcodes))

@@ -218,15 +218,19 @@ def test_a_chain_longer_than_the_rom_runs_as_overlays():
     assert len(kernel.program(kernel.arguments([0, 100]), 1).overlays) > 1
 
 
-def test_too_many_registers():
-    # Sixteen values all live at once: each is read twice, so no load can be packed into its reader.
+def test_more_values_live_than_registers_run_as_overlays():
+    """Sixteen values all live at once (each is read twice, so no load can be packed into its reader) are more than
+    the 15 registers: a cut keeps them in block memory, and each is loaded back where it is first used."""
     loads = "".join(f"int v{i} = x[{i}];\n" for i in range(16))
     mix = "".join(f"y[{i}] = v{i} ^ v{(i + 1) % 16};\n" for i in range(16))
     source = f'extern "C" __global__ void wide(volatile int *x, int *y) {{ {loads} {mix} }}'
     dev = Device()
     kernel = dev.load_kernel(source, "wide")
-    with pytest.raises(MachineError, match=r"needs 16 registers per lane; the machine has 15"):
-        dev.launch(kernel, threads=1, args=[0, 40])
+    x = [(2654435761 * (i + 1)) % (1 << 31) for i in range(16)]
+    dev.write(0, x)
+    dev.launch(kernel, threads=1, args=[0, 40])
+    assert [int(v) for v in dev.read(40, 16)] == [x[i] ^ x[(i + 1) % 16] for i in range(16)]
+    assert kernel.program(kernel.arguments([0, 40]), 1).overlays
 
 
 def test_unsupported_instruction_names_its_text_and_line():

@@ -195,14 +195,19 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     mops = emitter.run()
     slots = state_slots(mops)
     words = shared_words + slots * threads
+    markers = [_copy(m) for m in mops]      # the barriers still markers: overlays leave them their own way
     if words > isa.USABLE_WORDS:
         local = f", {local_words * threads} of .local arrays ({local_words} a thread)" if local_words else ""
-        raise MachineError(f"kernel {kernel.name} with {threads} threads needs {words} words of block memory "
-                           f"({shared_words - local_words * threads} of __shared__ arrays{local}, {slots * threads} "
-                           f"to keep {slots - 1} registers and a resume word per thread across __syncthreads); "
-                           f"memory has {isa.USABLE_WORDS} words")
+        error = MachineError(f"kernel {kernel.name} with {threads} threads needs {words} words of block memory "
+                             f"({shared_words - local_words * threads} of __shared__ arrays{local}, {slots * threads} "
+                             f"to keep {slots - 1} registers and a resume word per thread across __syncthreads); "
+                             f"memory has {isa.USABLE_WORDS} words")
+        try:        # overlays keep fewer: a register is loaded where first used and stored only if written
+            return _overlaid(kernel.name, str(error), prune(markers), threads, shared_words, local_words,
+                             emitter.barrier)
+        except MachineError:
+            raise error from None
     base = isa.SINK - words
-    markers = [_copy(m) for m in mops]      # the barriers still markers: overlays leave them their own way
     mops, _ = expand(mops, threads, base)
     try:
         try:
@@ -237,14 +242,16 @@ def _overlaid(name: str, why: str, mops: list[MOp], threads: int, shared_words: 
     __shared__ and .local arrays."""
     check_uniform_branches(name, mops)          # on the whole program: a register reloaded at a cut looks uniform
     overlays = split(why, mops, threads, _fits)
+    if shared_words + overlays.slots * threads > isa.USABLE_WORDS:      # cut where fewer registers are live
+        overlays = min(overlays, split(why, mops, threads, _fits, share=1), key=lambda o: o.slots)
     words = shared_words + overlays.slots * threads
     if words > isa.USABLE_WORDS:
         local = f", {local_words * threads} of .local arrays ({local_words} a thread)" if local_words else ""
         raise MachineError(f"kernel {name} with {threads} threads needs {words} words of block memory "
                            f"({shared_words - local_words * threads} of __shared__ arrays{local}, "
                            f"{overlays.slots * threads} to keep {overlays.slots - 1} registers and a resume word per "
-                           f"thread across the cuts between its {len(overlays.bounds) - 1} overlays: it needs more "
-                           f"than the {isa.ROM_BLOCKS}-block ROM); memory has {isa.USABLE_WORDS} words")
+                           f"thread across __syncthreads and the cuts between its {len(overlays.bounds) - 1} "
+                           f"overlays); memory has {isa.USABLE_WORDS} words")
     base = isa.SINK - words
     parts = [allocate(name, fuse(ops), barrier, precise=True) for ops in overlays.programs(base)]
     blocks, listing, exits, waits, spans = [], [], set(), set(), []

@@ -58,7 +58,7 @@ def live_in(mops: list[MOp], keeps: list[bool] | None = None) -> list[set]:
     return live
 
 
-def observed_keeps(mops: list[MOp]) -> list[bool]:
+def observed_keeps(mops: list[MOp], atoms: bool = False) -> list[bool]:
     """For each predicated op ``@q d = ...``: whether a later op may read the value d had before it on a lane where
     q was off. Reads under a predicate that d was written under since that predicate was last computed see only
     fresh lanes (``@!p x = ..; @!p y = x + 1`` in a loop keeps nothing); a read on every lane, or under another
@@ -85,7 +85,7 @@ def observed_keeps(mops: list[MOp]) -> list[bool]:
             # result is 0 whatever d held.
             masked = (later.op == "and" and not later.load and later.store is None and later.pred is None
                       and {later.a, later.b} <= {(d, 0), *((m, 0) for m, neg in covered if not neg)}
-                      and later.a != later.b)
+                      and later.a != later.b) or (atoms and _masks(later, d, covered))
             if (later.pred is not None and later.pred[0] == d) or (
                     d in operands and not masked and (later.pred is None or later.pred not in covered)):
                 observed = True
@@ -96,13 +96,46 @@ def observed_keeps(mops: list[MOp]) -> list[bool]:
                 covered = covered | {later.pred}
             if later.dst:
                 covered = frozenset(c for c in covered if c[0] != later.dst)
-                # ``t = m & x`` (a lane predicate narrowed): t is on only where m is, so d is fresh there too
-                if (later.op == "and" and later.pred is None and not later.load and later.dst != d
-                        and any((s, 0) in (later.a, later.b) for s, neg in covered if not neg)):
-                    covered = covered | {(later.dst, False)}
+                if later.pred is None and not later.load and later.dst != d and _narrows(later, covered, atoms):
+                    covered = covered | {(later.dst, False)}     # on only where a covered predicate is
             work += [(s, covered) for s in succ[j]]
         result.append(observed)
     return result
+
+
+def _masks(mop: MOp, d: str, covered) -> bool:
+    """Whether ``mop`` is one of the emitter's lane predicates over 0/1 atoms (``emit.TWO_ATOMS``) that reads d only
+    where it is fresh: ``gt_u(d, m)`` is d and not m, so where m is on the result is 0 whatever 0/1 value d held,
+    and d need only be fresh where m is off (``(m, True)`` covered); ``gt_u(m, d)`` (m and not d), ``lt_u(d, m)``
+    (not d and m) and ``lt_u(m, d)`` (not m and d) likewise.
+
+    Only for what a barrier or an overlay keeps (``observed_keeps(atoms=True)``): a register not kept holds 0 when
+    the warp resumes, a 0/1 value. Register allocation must not use it: a register shared with another value would
+    hold that value's bits on the lanes the write skipped, and ``gt_u(d, 1)`` of those can be true."""
+    if (mop.text != "lane predicate" or mop.op not in ("gt_u", "lt_u") or mop.load or mop.store is not None
+            or mop.pred is not None or mop.a[1] != 0 or mop.b[1] != 0 or mop.a[0] == mop.b[0]):
+        return False
+    if mop.a[0] == d:                   # d and not m (gt_u), not d and m (lt_u)
+        return (mop.b[0], mop.op == "gt_u") in covered
+    if mop.b[0] == d:                   # m and not d (gt_u), not m and d (lt_u)
+        return (mop.a[0], mop.op == "lt_u") in covered
+    return False
+
+
+def _narrows(mop: MOp, covered, atoms: bool) -> bool:
+    """Whether ``mop.dst`` is nonzero only on lanes where a predicate in ``covered`` holds: ``t = m & x`` with m
+    covered, ``a > b`` (a is nonzero) and ``a < b`` (b is), for any values; with ``atoms``, also the emitter's lane
+    predicates over 0/1 atoms (``emit.TWO_ATOMS``): ``gt_u(a, b)`` is a and not b, ``lt_u(a, b)`` not a and b."""
+    if mop.b[1] != 0 or mop.a[1] != 0:
+        return False
+    a, b = mop.a[0], mop.b[0]
+    if mop.op == "and":
+        return (a, False) in covered or (b, False) in covered
+    if mop.op == "gt_u":
+        return (a, False) in covered or (atoms and mop.text == "lane predicate" and (b, True) in covered)
+    if mop.op == "lt_u":
+        return (b, False) in covered or (atoms and mop.text == "lane predicate" and (a, True) in covered)
+    return False
 
 
 def defined_in(mops: list[MOp]) -> list[set]:
@@ -132,7 +165,7 @@ def kept_registers(mops: list[MOp]) -> dict[int, list[str]]:
     markers = [i for i, mop in enumerate(mops) if mop.barrier]
     if not markers:
         return {}
-    live, defined = live_in(mops, observed_keeps(mops)), defined_in(mops)
+    live, defined = live_in(mops, observed_keeps(mops, atoms=True)), defined_in(mops)
     return {i: sorted(live[i] & defined[i]) for i in markers}
 
 

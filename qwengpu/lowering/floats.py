@@ -17,8 +17,10 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   ``x > 0.0f`` costs the machine two ops where two registers cost thirteen.
 
 - ``truncf``, ``floorf``, ``ceilf`` (``cvt.rzi / rmi / rpi .f32.f32``) clear the fraction bits (and move one unit
-  away from zero for floor / ceil); ``(int)x`` and ``(unsigned)x`` (``cvt.rzi.s32 / u32 .f32``) shift the mantissa by
-  the exponent, saturate and make a NaN 0, as PTX says.
+  away from zero for floor / ceil); ``rintf`` / ``nearbyintf`` (``cvt.rni.f32.f32``) add half a unit less one plus
+  the units bit first (ties to even), 20 integer instructions; ``(int)x`` and ``(unsigned)x`` (``cvt.rzi.s32 / u32
+  .f32``) shift the mantissa by the exponent, saturate and make a NaN 0, as PTX says, and ``__float2int_rn`` /
+  ``__float2uint_rn`` (``cvt.rni.s32 / u32 .f32``) round the shifted-out bits to nearest even the same way (25 / 24).
 
 - ``add``, ``sub`` and ``mul`` (rounding to nearest even: ``.rn`` or no rounding modifier) and ``cvt.rn.f32.s32 /
   u32`` (int to float) are IEEE binary32 arithmetic from integer ops, as NVIDIA's non-FTZ float unit computes it:
@@ -32,12 +34,20 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   sqrt(x < 0) NaN, sqrt(-0) = -0: long division of the significands and fdlibm's digit-by-digit root, a bit a step
   (3 ops a quotient bit, 5 a root bit), about 175 integer instructions a division, 155 a square root.
 
+- ``atomicAdd`` on a float (``atom`` / ``red`` ``.global`` / ``.shared`` ``.add.f32``) is the compare-and-swap loop
+  ``old = ld [a]; loop: new = old + x; prev = atom.cas.b32 [a], old, new; old = prev; if prev != old goto loop``
+  (a SIMT loop on the machine; its atom.cas takes the lanes in lane order, so the adds land in lane order, warps one
+  after another); as NVIDIA's units do, the global one flushes subnormal inputs and results to zero of their sign
+  (FADD.FTZ.RN), the shared one keeps them. About 80 integer instructions (70 on shared memory).
+
 The rest of float arithmetic is refused by name: ``fma`` / ``mad`` (one rounding of the exact product; the toolchain
-compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is a mul and an add), the approximate ``div.approx`` /
-``div.full`` / ``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the
-GPU's hardware approximation's; ``--use_fast_math`` emits them), other roundings (``.rz`` / ``.rm`` / ``.rp``),
-``.sat``, rounding to an integer, conversions from other widths, and atomicAdd on a float, as are float16 /
-bfloat16 / float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it for ``--use_fast_math``).
+compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is a mul and an add; math functions such as ``expf`` use fma
+and the approximate ex2 / lg2 / sin units themselves), the approximate ``div.approx`` / ``div.full`` /
+``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the GPU's hardware
+approximation's; ``--use_fast_math`` emits them), other roundings (``.rz`` / ``.rm`` / ``.rp``: so ``roundf``, whose
+NVRTC code adds with ``.rz``), ``.sat``, conversions from or to 64-bit and 16-bit types (``lrintf``), other atomic
+operations on floats, as are float16 / bfloat16 / float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it
+for ``--use_fast_math``).
 
 This is the lowering's first stage: every later one sees integer PTX only (``transfer.check_integer`` still refuses
 any float type left). Each rewritten instruction keeps the float instruction's line and text, so errors still name
@@ -194,7 +204,9 @@ def _refusal(base: str) -> str:
     if base in ("fma", "mad"):
         return (f"the machine has no floating point: {ARITHMETIC[base]} of floats rounds once, so it needs the exact "
                 "48-bit product, more integer ops than a multiply and an add; compile without contraction "
-                "(NVRTC / nvcc --fmad=false, which qwengpu's toolchain passes) to get mul.rn and add.rn")
+                "(NVRTC / nvcc --fmad=false, which qwengpu's toolchain passes) to get mul.rn and add.rn. A math "
+                "function such as expf, logf or sinf uses fma itself (its polynomial), and the GPU's approximate "
+                "ex2 / lg2 / sin units, whose bits are the GPU's own: those functions cannot run exactly here")
     what = ARITHMETIC.get(base, base)
     if base in APPROXIMATE:
         return (f"the machine has no floating point: {what} of floats is only approximate in PTX, its bits those of "
@@ -295,7 +307,7 @@ class _Rewriter:
         builder = self._move if inst.base in MOVES else getattr(self, f"_{inst.base}", None)
         if builder is None:
             raise _refuse(inst, _refusal(inst.base))
-        if inst.guard is None or builder == self._move:
+        if inst.guard is None or builder in (self._move, self._atom, self._red):
             builder(inst)
             return
         # Guarded (@%p max.f32 ...): the sequence computes into a fresh register on every lane, and one guarded mov
@@ -317,6 +329,96 @@ class _Rewriter:
             raise _refuse(inst, "slct with a float selector")
         opcode = ".".join(["b32" if m == "f32" else m for m in inst.opcode.split(".")])
         self.body.append(dataclasses.replace(inst, opcode=opcode))
+
+    # -- atomicAdd on a float: a compare-and-swap loop ------------------------------------------------------------------
+    ATOMIC_SPACES = ("global", "shared")
+    ATOMIC_QUALIFIERS = ("relaxed", "acquire", "release", "acq_rel", "cta", "cluster", "gpu", "sys")
+
+    def _atom(self, inst: Instruction) -> None:
+        self._atomic_add(inst, returns=True)
+
+    def _red(self, inst: Instruction) -> None:
+        self._atomic_add(inst, returns=False)
+
+    def _atomic_add(self, inst: Instruction, returns: bool) -> None:
+        """``atom`` / ``red`` ``.global`` / ``.shared`` ``.add.f32`` (CUDA's ``atomicAdd`` on a float) as the classic
+        compare-and-swap loop in integer PTX::
+
+                old = ld [a]                            (a plain load of the word)
+            loop:
+                new = old + x                           (the soft-float add)
+                prev = atom.cas.b32 [a], old, new       (the word, swapped for new where it still was old)
+                again = prev != old;  old = prev
+                @again bra loop                         (a lane-dependent exit: the machine's SIMT loop)
+                d = old                                 (atom: the word before this lane's add)
+
+        The machine's ``atom.cas`` lets the lanes take turns in lane order, so on each trip the first lane (in lane
+        order) still waiting on an address succeeds, and the others on that address read the new word and go round
+        again: the adds land in lane order, each on the word its lane last read (which is the word, as the loop
+        compares bits: a NaN or -0 in memory is no obstacle). Warps and blocks run one after another.
+
+        As NVIDIA's float units do (CUDA Programming Guide, floating-point standard): an atomic add on global memory
+        flushes subnormal inputs and results to zero of their sign (FADD.F32.FTZ.RN), one on shared memory keeps
+        them (FADD.F32.RN); any NaN sum is the canonical NaN. A guarded atom / red is the loop under a branch around
+        it. Other atomic operations on floats, and .ftz (refused before this), are refused by name."""
+        mods = [m for m in inst.modifiers if m != "f32"]
+        spaces = [m for m in mods if m in self.ATOMIC_SPACES]
+        other = [m for m in mods if m != "add" and m not in self.ATOMIC_SPACES + self.ATOMIC_QUALIFIERS]
+        if "add" not in mods or other or len(spaces) != 1:
+            named = ", ".join(f".{m}" for m in (other or mods)) or "no operation"
+            raise _refuse(inst, f"the machine has no floating point: of the atomic operations on floats, add (CUDA's "
+                                f"atomicAdd) on .global or .shared memory runs, as a compare-and-swap loop; not "
+                                f"{inst.base} with {named}")
+        if returns:
+            if len(inst.operands) != 3 or not isinstance(inst.operands[0], Reg):
+                raise _refuse(inst, "atom.add.f32 takes a register, an address and a value")
+            dst, mem, x = inst.operands
+        else:
+            if len(inst.operands) != 2:
+                raise _refuse(inst, "red.add.f32 takes an address and a value")
+            dst, (mem, x) = None, inst.operands
+        x = self.literals.get(x.name, x) if isinstance(x, Reg) else x
+        ftz = spaces[0] == "global"
+        qualifiers = [m for m in mods if m != "add"]
+        skip = None
+        if inst.guard is not None:          # @p atom ...: the loop under a branch around it where p does not hold
+            self.count += 1
+            skip = Label(f"{self.prefix.replace('%', '$')}atomic_skip{self.count}")
+            self.body.append(Instruction("bra", (skip,), inst.guard, not inst.guard_negated, inst.line, inst.text))
+        old = self.temp()
+        self.body.append(Instruction(f"ld.{spaces[0]}.b32", (old, mem), None, False, inst.line, inst.text))
+        if ftz:
+            x = self._flushed(x)
+        self.count += 1
+        label = Label(f"{self.prefix.replace('%', '$')}atomic{self.count}")
+        self.body.append(label)
+        new = self.temp()
+        self._sum(new, self._flushed(old) if ftz else old, x)
+        if ftz:
+            self._flush(new)
+        prev = self.temp()
+        self.body.append(Instruction(".".join(["atom", *qualifiers, "cas", "b32"]), (prev, mem, old, new), None,
+                                     False, inst.line, inst.text))
+        again = self.emit("setp.ne.u32", prev, old)
+        self.emit("mov.b32", prev, dst=old)
+        self.body.append(Instruction("bra", (label,), again, False, inst.line, inst.text))
+        if dst is not None:
+            self.emit("mov.b32", old, dst=dst)
+        if skip is not None:
+            self.body.append(skip)
+
+    def _flushed(self, x):
+        """x with a subnormal flushed to a zero of its sign (flush-to-zero's input rule), in a fresh register."""
+        if isinstance(x, Imm):
+            return Imm(x.value & SIGN) if x.value & MAGNITUDE < SMALLEST_NORMAL else x
+        normal = self.emit("setp.ge.u32", self.emit("shl.b32", x, Imm(1)), Imm(SMALLEST_NORMAL << 1))
+        flushed = self.emit("and.b32", x, Imm(SIGN))
+        return self.replace_where(flushed, x, normal)
+
+    def _flush(self, register: Reg) -> None:
+        """A subnormal in register flushed to a zero of its sign, in place."""
+        tiny = self.emit("setp.lt.u32", self.emit("shl.b32", register, Imm(1)), Imm(SMALLEST_NORMAL << 1))
+        self.where(tiny, "and.b32", register, register, Imm(SIGN))
 
     def _operands(self, inst: Instruction, n: int) -> tuple:
         dst, *sources = inst.operands
@@ -481,15 +583,19 @@ class _Rewriter:
         dst, (x,) = self._operands(inst, 1)
         if mods in (("rzi", "f32", "f32"), ("rmi", "f32", "f32"), ("rpi", "f32", "f32")):
             self._round_to_integer(dst, x, mods[0])
-        elif mods in (("rzi", "s32", "f32"), ("rzi", "u32", "f32")):
-            self._to_integer(dst, x, signed=mods[1] == "s32")
+        elif mods == ("rni", "f32", "f32"):
+            self._round_to_even(dst, x)
+        elif mods in (("rzi", "s32", "f32"), ("rzi", "u32", "f32"), ("rni", "s32", "f32"), ("rni", "u32", "f32")):
+            self._to_integer(dst, x, signed=mods[1] == "s32", nearest=mods[0] == "rni")
         elif mods in (("rn", "f32", "s32"), ("rn", "f32", "u32")):
             self._from_integer(dst, x, signed=mods[2] == "s32")
         else:
-            raise _refuse(inst, "the machine has no floating point: a conversion that rounds or normalises "
-                                "(float to a narrow int, rounding to nearest, other widths and roundings) needs more "
-                                "integer ops than the 32-block ROM holds; truncf, floorf, ceilf, (int) and (unsigned) "
-                                "of a float, and cvt.rn.f32.s32 / u32 (int to float) run (qwengpu/KERNELS.md)")
+            raise _refuse(inst, "the machine has no floating point: of the conversions of float32, cvt.rzi / rmi / "
+                                "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rni .s32 / .u32 .f32 "
+                                "((int)x, (unsigned)x, __float2int_rn, __float2uint_rn) and cvt.rn.f32.s32 / u32 (int "
+                                "to float) run; conversions from or to 64-bit or 16-bit types (double, long long, "
+                                "half, lrintf), to narrow ints, and other roundings (.rz / .rm / .rp to a float, "
+                                ".rmi / .rpi to an int) are not built (qwengpu/KERNELS.md)")
 
     def _exponent_shift(self, magnitude) -> Reg:
         """150 - exponent: how many of the 23 fraction bits lie below the units (<= 0: none, the float is an
@@ -519,15 +625,43 @@ class _Rewriter:
             self.replace_where(dst, Imm(one), self.emit("and.pred", away, below_one))
         self.replace_where(dst, Imm(CANONICAL_NAN), self.is_nan(magnitude))
 
-    def _to_integer(self, dst: Reg, x, signed: bool) -> None:
+    def _round_to_even(self, dst: Reg, x) -> None:
+        """rintf / nearbyintf (cvt.rni.f32.f32): to the nearest integer, ties to even, a float. On the word itself:
+        with k = 150 - exponent fraction bits (0 for |x| >= 2^23, an integer already, an infinity or a NaN), add
+        2^(k-1) - 1 plus the units bit, then clear the k bits (a carry runs into the exponent: 1.5 -> 2.0; for
+        k = 23 the units bit is the hidden one, and the exponent's lowest bit, 127's, is 1 as it is). |x| < 1 (k > 23)
+        gives 1.0 above one half, else 0, with x's sign. A NaN gives the canonical NaN."""
+        magnitude = self.magnitude(x)
+        shift = self.emit("max.s32", self._exponent_shift(magnitude), Imm(0))
+        keep = self.emit("shl.b32", Imm(WORD), shift)
+        fraction = self.emit("not.b32", keep)
+        units = self.emit("and.b32", self.emit("shr.u32", x, shift), self.emit("min.u32", fraction, Imm(1)))
+        bias = self.emit("add.s32", self.emit("shr.u32", fraction, Imm(1)), units)      # 2^(k-1) - 1 + units
+        self.emit("and.b32", self.emit("add.s32", x, bias), keep, dst=dst)
+        self.where(self.emit("setp.lt.u32", magnitude, Imm(0x3F800000)), "and.b32", dst, x, Imm(SIGN))
+        above_half = self.emit("setp.lt.u32", self.emit("sub.s32", magnitude, Imm(0x3F000001)),
+                               Imm(0x3F800000 - 0x3F000001))                        # 0.5 < |x| < 1
+        self.where(above_half, "or.b32", dst, dst, Imm(0x3F800000))
+        self.replace_where(dst, Imm(CANONICAL_NAN), self.is_nan(magnitude))
+
+    def _to_integer(self, dst: Reg, x, signed: bool, nearest: bool = False) -> None:
         """(int)x / (unsigned)x, PTX's cvt.rzi: toward zero, saturated to the type's range, a NaN gives 0. The
         mantissa with its hidden bit shifted by the exponent (a shift of 32 or more gives 0 on the machine, as in
-        PTX), then the sign."""
+        PTX), then the sign. ``nearest``: cvt.rni (__float2int_rn / __float2uint_rn), to the nearest integer, ties
+        to even: where the mantissa is shifted right by k, 2^(k-1) - 1 plus the units bit is added first (at most
+        2^30 + 2^24: no carry out); saturated and NaN as cvt.rzi (a float at or above 2^23 is an integer already)."""
         magnitude = self.magnitude(x)
         shift = self._exponent_shift(magnitude)
         mantissa = self.emit("or.b32", self.emit("and.b32", magnitude, Imm(0x007FFFFF)), Imm(0x00800000))
         up = self.emit("shl.b32", mantissa, self.emit("neg.s32", shift))          # exponent >= 150
-        down = self.emit("shr.u32", mantissa, shift)                                # exponent < 150
+        if nearest:     # exponent < 150: rounded; otherwise the shift is 2^32 - (exponent - 150) and gives 0
+            fraction = self.emit("sub.s32", self.emit("shl.b32", Imm(1), shift), Imm(1))
+            units = self.emit("and.b32", self.emit("shr.u32", mantissa, shift),
+                              self.emit("min.u32", fraction, Imm(1)))     # none where the shift is 0
+            bias = self.emit("add.s32", self.emit("shr.u32", fraction, Imm(1)), units)
+            down = self.emit("shr.u32", self.emit("add.s32", mantissa, bias), shift)
+        else:
+            down = self.emit("shr.u32", mantissa, shift)                            # exponent < 150
         whole = self.emit("or.b32", up, down)
         if signed:
             sign = self.emit("shr.s32", x, Imm(31))
@@ -601,18 +735,26 @@ class _Rewriter:
         stops the search where the result becomes subnormal), rounded to nearest even at bit 7, and the exponent
         added to it (a carry of the rounding runs into the exponent; overflow is clamped to infinity). The sign is
         the larger magnitude's; x + (-x) is +0; an infinity or a NaN operand gives itself, inf - inf and any NaN
-        the canonical NaN."""
+        the canonical NaN. The special cases are settled early in the sign word (as ``_quotient`` does), so that only
+        it, the exponent and the working words are live while the sum is normalised: 1 for x + (-x) (the result is
+        then +0), 0x7fffffff for a NaN (or'ed with any magnitude, the canonical NaN)."""
         ab = self.op("xor.b32", a, b)
         ma, mb = self.magnitude(a), self.magnitude(b)
         big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
         sign = self.op("and.b32", a, Imm(SIGN))                      # the larger magnitude's (first: a, b die)
         sign = self.where(self.op("setp.lt.u32", ma, mb), "and.b32", sign, b, Imm(SIGN))
-        # the exponents (at least 1) in place: exponent << 23, so the significand is magnitude - that + 2^23
+        # the exponents (at least 1) in place: exponent << 23, so the significand is magnitude - that + 2^23 (each
+        # magnitude's work done before the other's, so that few words are live at once)
         big_exp = self.op("max.u32", self.op("and.b32", big, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
-        small_exp = self.op("max.u32", self.op("and.b32", small, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
-        shift = self.op("shr.u32", self.op("sub.s32", big_exp, small_exp), Imm(23))
         big_sig = self.op("shl.b32", self.op("add.s32", self.op("sub.s32", big, big_exp), Imm(SMALLEST_NORMAL)),
                           Imm(6))
+        # x + (-x): +0, marked by a sign word of 1; inf - inf (big + 1 above infinity) and a NaN: the canonical NaN
+        opposite = self.op("setp.eq.u32", ab, Imm(SIGN))
+        sign = self.where(opposite, "mov.b32", sign, Imm(1))
+        big = self.where(opposite, "add.s32", big, big, Imm(1))
+        sign = self.where(self.op("setp.gt.u32", big, Imm(INFINITY)), "mov.b32", sign, Imm(CANONICAL_NAN))
+        small_exp = self.op("max.u32", self.op("and.b32", small, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        shift = self.op("shr.u32", self.op("sub.s32", big_exp, small_exp), Imm(23))
         small_sig = self.op("shl.b32", self.op("add.s32", self.op("sub.s32", small, small_exp),
                                                Imm(SMALLEST_NORMAL)), Imm(6))
         # the smaller significand aligned (a shift of 32 or more gives 0), the bits shifted out kept as bit 0
@@ -633,15 +775,14 @@ class _Rewriter:
             lead = self.where(below, "add.s32", lead, lead, Imm(k))
         normal = self.op("shl.b32", total, lead)
         rounded = self._round_nearest_even(normal, 7)
-        # (exponent - lead) << 23 plus the rounded significand, whose hidden bit adds one to the exponent
+        # (exponent - lead) << 23 plus the rounded significand, whose hidden bit adds one to the exponent; an
+        # infinite or NaN operand (its exponent field all ones) gives infinity, a NaN's sign word makes it the NaN
+        infinite = self.op("setp.ge.u32", big_exp, Imm(INFINITY))
         magnitude = self.op("add.s32", self.op("sub.s32", big_exp, self.op("shl.b32", lead, Imm(23))), rounded)
         magnitude = self.op("min.u32", magnitude, Imm(INFINITY))
-        magnitude = self.where(self.op("setp.ge.u32", big, Imm(INFINITY)), "mov.b32", magnitude, big)
-        opposite = self.op("setp.eq.u32", ab, Imm(SIGN))             # x + (-x): +0, and inf - inf: NaN
+        magnitude = self.where(infinite, "mov.b32", magnitude, Imm(INFINITY))
         self.op("or.b32", magnitude, sign, dst=dst)
-        self.where(opposite, "mov.b32", dst, Imm(0))
-        big = self.where(opposite, "add.s32", big, big, Imm(1))
-        self.where(self.op("setp.gt.u32", big, Imm(INFINITY)), "mov.b32", dst, Imm(CANONICAL_NAN))
+        self.where(self.op("setp.eq.u32", sign, Imm(1)), "mov.b32", dst, Imm(0))
 
     def _round_nearest_even(self, x, bits: int):
         """x >> bits rounded to nearest, ties to even (x + 2^bits must not overflow)."""

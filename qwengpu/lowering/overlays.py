@@ -13,7 +13,8 @@ only follows the model's control tokens and feeds rows in a fixed order; every v
 is computed and stored by the machine.
 
 The cuts: from each overlay's first op, the longest run whose program fits (blocks and registers), by bisection;
-then, in the run's last quarter, where the fewest registers are live across the cut; and not inside a loop that
+then, in the run's last quarter, where the fewest registers are live across the cut (anywhere in the run when the
+state would not fit memory otherwise); and not inside a loop that
 fits an overlay of its own (the cut moves before it, or every trip would cost a round of the overlays).
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
@@ -92,7 +93,7 @@ class _Cutter:
     def __init__(self, mops: list[MOp], threads: int):
         self.mops, self.threads, self.base = mops, threads, 0
         self.cycles = False         # overlay 0 may be entered again (set when a later cut makes a loop cross one)
-        live, defined = live_in(mops, observed_keeps(mops)), defined_in(mops)
+        live, defined = live_in(mops, observed_keeps(mops, atoms=True)), defined_in(mops)
         self.kept = [sorted(live[i] & defined[i]) for i in range(len(mops))]
 
     def loops(self) -> list[tuple[int, int]]:
@@ -117,11 +118,29 @@ class _Cutter:
                 found.add(i + 1)
         return sorted(found)
 
+    def slot_word(self, reg: str) -> tuple:
+        """Where a lane keeps register ``reg`` between overlays: a word per thread, slot by slot above the resume
+        words."""
+        return ("tid", self.base + self.slot[reg] * self.threads)
+
     def overlay(self, start: int, stop: int, ids: dict[int, int], cycles: bool) -> list[MOp]:
-        """The ops of the overlay holding ops start..stop-1; ``ids``: every resume point's number."""
+        """The ops of the overlay holding ops start..stop-1; ``ids``: every resume point's number.
+
+        A register is kept in its slot (``slot_word``) across cuts, and a slot is never reused while its register
+        is kept, so a register the overlay does not write is still in its slot when the warp leaves: it is stored
+        only if written. From the overlay's first op, until the first op a branch of the overlay reaches, each
+        register is loaded just before its first use (a float op's temporaries and a loop's state need not share
+        the 15 registers at once); other entries load all they keep."""
         n, layout = len(self.mops), _Layout()
         mine = [t for t in ids if start <= t < stop]
         note = dict(line=0, text="")
+        inner = {m.target_index for m in self.mops[start:stop]
+                 if _jumps(m) and m.target_index is not None and start <= m.target_index < stop}
+        inner |= {t for t in mine if t != start}
+        lazy = start > 0 and start in mine          # the first op's registers load where first used
+
+        def reload(reg: str):
+            layout.add(MOp("a", self.slot_word(reg), dst=reg, load=True, restore=True, **note))
 
         def entries_and_reloads():
             for t in mine:
@@ -130,9 +149,9 @@ class _Cutter:
             layout.add(MOp("a", branch="always", target="exit", parks=True, text="overlay: resume elsewhere"))
             for t in sorted(mine, key=lambda t: t == start):      # the overlay's first op last: it falls through
                 layout.place(("reload", t))
-                for j, reg in enumerate(self.kept[t], start=1):
-                    layout.add(MOp("a", ("tid", self.base + j * self.threads), dst=reg, load=True, restore=True,
-                                   **note))
+                if not (lazy and t == start):
+                    for reg in self.kept[t]:
+                        reload(reg)
                 if t != start or start == 0:
                     layout.add(MOp("a", branch="always", **note), to=("op", t))
 
@@ -142,20 +161,42 @@ class _Cutter:
                                text="overlay: resumed"), to=("entries",))
         else:
             entries_and_reloads()
-        def leave(t: int, waits: bool = False):
-            """Keep the registers live at op t, its number into the resume word, and park."""
-            for j, reg in enumerate(self.kept[t], start=1):
-                layout.add(MOp("a", (reg, 0), store=("tid", self.base + j * self.threads), **note))
+        written = {m.dst for m in self.mops[start:stop] if m.dst}
+        exits: list[tuple[int, tuple]] = []
+        pending = list(self.kept[start]) if lazy else []
+        straight, written_so_far, falls = lazy, set(), True
+
+        def stored(t: int) -> tuple:
+            """The registers kept at t that a warp leaving from here must store: those this overlay wrote (on the
+            way so far, while the path from the first op is straight)."""
+            return tuple(r for r in self.kept[t] if r in (written_so_far if straight else written))
+
+        def leave(t: int, regs: tuple, waits: bool = False):
+            """Keep ``regs`` (of those live at op t), t's number into the resume word, and park."""
+            for reg in regs:
+                layout.add(MOp("a", (reg, 0), store=self.slot_word(reg), **note))
             layout.add(MOp("a", (None, ids[t]), store=self.resume_word, branch="always", target="exit", parks=True,
                            waits=waits, text=f"{'__syncthreads' if waits else 'overlay'}: leave for point {ids[t]}"))
 
-        exits = []
         for i in range(start, stop):
             mop = _copy(self.mops[i])
+            jumps_inside = _jumps(mop) and start <= mop.target_index < stop
+            if straight and (i in inner or jumps_inside or mop.barrier):
+                if falls:                           # the rest of the overlay may use any of them
+                    for reg in pending:
+                        reload(reg)
+                pending, straight = [], False
+            for reg in [r for r in pending if r in mop.reads()]:
+                reload(reg)
+                pending.remove(reg)
+            if mop.dst:                             # (written before its branch, if it has one, is taken)
+                written_so_far.add(mop.dst)
+                if mop.dst in pending:              # written before any read: its kept value is not needed
+                    pending.remove(mop.dst)
             layout.place(("op", i))
             if mop.barrier:                         # every warp waits here, then goes on from the next op
                 if i + 1 < n:
-                    leave(i + 1, waits=True)
+                    leave(i + 1, stored(i + 1), waits=True)
             elif _jumps(mop):
                 t = mop.target_index
                 if t >= n:
@@ -164,19 +205,20 @@ class _Cutter:
                 elif start <= t < stop:
                     layout.add(mop, to=("op", t))
                 else:
-                    layout.add(mop, to=("exit", t))
-                    exits.append(t)
+                    exits.append((t, stored(t)))
+                    layout.add(mop, to=("exit",) + exits[-1])
             else:
                 layout.add(mop)
+            falls = not (mop.branch == "always" or mop.barrier)
         last = self.mops[stop - 1]
         ends = last.branch == "always" or (last.barrier and stop < n)     # (a barrier's own exit parks)
         if stop < n and not ends:
-            exits.insert(0, stop)                   # falls through into its exit
+            exits.insert(0, (stop, stored(stop)))   # falls through into its exit
         elif not ends and (exits or (start == 0 and cycles)):
             layout.add(MOp("a", branch="always", target="exit", text="exit"))     # the end, before what follows
-        for t in dict.fromkeys(exits):
-            layout.place(("exit", t))
-            leave(t)
+        for t, regs in dict.fromkeys(exits):
+            layout.place(("exit", t, regs))
+            leave(t, regs)
         if start == 0 and cycles:
             layout.place(("entries",))
             entries_and_reloads()
@@ -187,29 +229,40 @@ class _Cutter:
         self.base = base
         targets = self.targets(bounds)
         ids = {t: k for k, t in enumerate(targets, start=1)}
+        # slots: registers kept at the same point never share one (a greedy colouring, in order of first keeping)
+        self.slot = {}
+        together: dict[str, set] = {}
+        for t in targets:
+            for reg in self.kept[t]:
+                together.setdefault(reg, set()).update(self.kept[t])
+        for reg in together:
+            taken = {self.slot[other] for other in together[reg] if other in self.slot}
+            self.slot[reg] = next(k for k in range(1, len(together) + 2) if k not in taken)
         cycles = self.cycles or any(t < bounds[1] for t in targets) or any(m.barrier for m in self.mops) or any(
             _jumps(m) and m.target_index < i and bisect.bisect_right(bounds, m.target_index)
             != bisect.bisect_right(bounds, i) for i, m in enumerate(self.mops))
         programs = [self.overlay(a, b, ids, cycles) for a, b in zip(bounds, bounds[1:])]
-        slots = 1 + max((len(self.kept[t]) for t in targets), default=0)
+        slots = 1 + max(self.slot.values(), default=0)
         return programs, slots
 
 
-def split(why: str, mops: list[MOp], threads: int, fits) -> Overlays:
+def split(why: str, mops: list[MOp], threads: int, fits, share: int = 4) -> Overlays:
     """Cut ``mops`` into overlays whose programs ``fits`` accepts (it lowers a copy and returns whether the blocks
-    and registers fit). A run of one op that does not fit is an error: ``why`` (the whole program's) and that op."""
+    and registers fit). A run of one op that does not fit is an error: ``why`` (the whole program's) and that op.
+    ``share``: each cut goes where the fewest registers are live in the last 1/share of its run (1: anywhere in
+    it; shorter overlays, less block memory)."""
     cutter = _Cutter(mops, threads)
-    bounds = _cuts(why, cutter, fits)
+    bounds = _cuts(why, cutter, fits, share)
     programs, slots = cutter.programs(bounds)
     if not fits(programs[0]):
         # overlay 0 was sized before a later cut put a loop across one, which gives it a dispatch: cut again with it
         cutter.cycles = True
-        bounds = _cuts(why, cutter, fits)
+        bounds = _cuts(why, cutter, fits, share)
         programs, slots = cutter.programs(bounds)
     return Overlays(bounds, slots, cutter)
 
 
-def _cuts(why: str, cutter: _Cutter, fits) -> list[int]:
+def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
     """Each overlay's first op, and the end (the module's docstring says how the cuts are chosen)."""
     mops = cutter.mops
     n = len(mops)
@@ -241,9 +294,9 @@ def _cuts(why: str, cutter: _Cutter, fits) -> list[int]:
             else:
                 hi = mid
         if lo < n:
-            # In the run's last quarter, the cut with the fewest registers live across it (the latest of those):
+            # In the run's last share, the cut with the fewest registers live across it (the latest of those):
             # each kept register costs every warp a store and a load, and a word per thread of block memory.
-            near = [stop for stop in range(lo - (lo - start) // 4, lo) if good(stop)] + [lo]
+            near = [stop for stop in range(max(start + 1, lo - (lo - start) // share), lo) if good(stop)] + [lo]
             lo = min(reversed(near), key=lambda stop: len(cutter.kept[stop]))
             # A cut inside a loop that would fit an overlay of its own costs a round of the overlays every trip:
             # cut before the outermost such loop instead, so it runs from one ROM.
