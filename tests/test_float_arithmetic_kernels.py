@@ -111,3 +111,68 @@ def test_the_circuit_writes_the_interpreters_tokens_for_a_float_add():
         np.testing.assert_array_equal(values, expected(a + b))
     np.testing.assert_array_equal(values, ref_values)
     assert circuit == interpreter
+
+
+def sequential_sum(values) -> np.float32:
+    """float32 adds one after another, from 0.0f."""
+    total = np.float32(0.0)
+    for v in values:
+        total = np.float32(total + np.float32(v))
+    return total
+
+
+def test_the_textbook_matmul_over_a_2d_grid():
+    rng = np.random.default_rng(6)
+    n = 3
+    a, b = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+    dev = Device()
+    pa, pb, pc = dev.alloc(n * n), dev.alloc(n * n), dev.alloc(n * n)
+    dev.write(pa, a.ravel())
+    dev.write(pb, b.ravel())
+    dev.launch(dev.load_kernel(FARITH, "matmul"), threads=(2, 2), blocks=(2, 2), args=[pa, pb, pc, n])
+    want = np.array([[sequential_sum(a[r, k] * b[k, c] for k in range(n)) for c in range(n)] for r in range(n)])
+    np.testing.assert_array_equal(dev.read(pc, n * n).view(np.float32).reshape(n, n), want)
+
+
+def test_the_textbook_block_reduction_in_shared_memory():
+    """Two blocks of 8 threads (two warps each): the tree's adds in its order, __syncthreads between steps."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(16) * 10.0 ** rng.integers(-3, 4, 16)).astype(np.float32)
+    dev = Device()
+    pi, po = dev.alloc(16), dev.alloc(2)
+    dev.write(pi, x)
+    dev.launch(dev.load_kernel(FARITH, "block_sum"), threads=8, blocks=2, args=[pi, po])
+    want = []
+    for block in range(2):
+        s = list(x[8 * block:8 * block + 8])
+        stride = 4
+        while stride:
+            s[:stride] = [np.float32(s[t] + s[t + stride]) for t in range(stride)]
+            stride //= 2
+        want.append(s[0])
+    np.testing.assert_array_equal(dev.read(po, 2).view(np.float32), np.array(want, dtype=np.float32))
+
+
+def test_a_stencil_with_literal_weights():
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(8).astype(np.float32)
+    dev = Device()
+    pi, po = dev.alloc(8), dev.alloc(8)
+    dev.write(pi, x)
+    dev.launch(dev.load_kernel(FARITH, "stencil"), threads=4, blocks=2, args=[pi, po, 8])
+    q, h = np.float32(0.25), np.float32(0.5)
+    want = np.zeros(8, dtype=np.float32)
+    want[1:7] = (q * x[:6] + h * x[1:7]) + q * x[2:]
+    np.testing.assert_array_equal(dev.read(po, 8).view(np.float32), want)
+
+
+def test_a_dot_product_with_atomic_add():
+    """atomicAdd on global memory: the products added in thread order (lanes in order, warps in order)."""
+    rng = np.random.default_rng(9)
+    x, y = rng.standard_normal(6).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    dev = Device()
+    pr, px, py = dev.alloc(1), dev.alloc(6), dev.alloc(6)
+    dev.write(px, x)
+    dev.write(py, y)
+    dev.launch(dev.load_kernel(FARITH, "dot"), threads=4, blocks=2, args=[pr, px, py, 6])
+    assert dev.read(pr, 1).view(np.float32)[0] == sequential_sum(x * y)
