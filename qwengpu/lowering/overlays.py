@@ -3,8 +3,8 @@
 The ROM holds 32 blocks, and one float32 add is about a hundred integer ops. A program that does not fit is cut
 into *overlays*: contiguous runs of the op list, each lowered on its own (fusion, registers) into at most 32 blocks.
 A warp leaves an overlay as it leaves a barrier (qwengpu.lowering.barriers): it stores the registers still needed
-(one word per thread and register) and the number of the point it goes on from (its resume word), and ends in a
-parking block. The device runs the launch in rounds: every warp of the block on overlay 0, then the warps that
+that the overlay wrote (each kept register has a slot, a word per thread, which no other register takes while it
+is kept) and the number of the point it goes on from (its resume word), and ends in a parking block. The device runs the launch in rounds: every warp of the block on overlay 0, then the warps that
 parked on overlay 1 (its rows fed into the ROM as program tokens, as at a launch), then 2, and round again to 0,
 until no warp parks. Each overlay starts with a dispatch that reads the resume word: a point in this overlay
 reloads the registers and goes on there; a point elsewhere parks again at once, state untouched. So a branch may go
@@ -14,15 +14,17 @@ is computed and stored by the machine.
 
 The cuts: from each overlay's first op, the longest run whose program fits (blocks and registers), by bisection;
 then, in the run's last quarter, where the fewest registers are live across the cut (anywhere in the run when the
-state would not fit memory otherwise); and not inside a loop that
-fits an overlay of its own (the cut moves before it, or every trip would cost a round of the overlays).
+state would not fit memory otherwise); and not inside a loop that fits an overlay of its own (the cut moves before
+it, or every trip would cost a round of the overlays).
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
     overlay 0:  [resume word != 0 -> R] body [exits] R: [entries] [park] [reloads]
     overlay k:  [entries] [park] [reloads] body [exits]
     entry:  resume word == id(p) -> reload(p)        reload: the kept registers loaded back, then a jump to p
-    exit:   the kept registers stored, id(p) into the resume word, park (an edge from the body to a point p elsewhere)
+            (from the overlay's first op, each register is loaded where first used instead: _Cutter.overlay)
+    exit:   the kept registers the overlay wrote stored, id(p) into the resume word, park (an edge from the body
+            to a point p elsewhere)
 
 A __syncthreads of several warps is a resume point too, left by a parking block of its own (``waits``): a warp
 that ends there waits until no warp is left to run in the rounds (every warp has reached the barrier or finished),
@@ -43,7 +45,7 @@ __all__ = ["split", "Overlays"]
 @dataclasses.dataclass
 class Overlays:
     """Where a program is cut (``bounds``: each overlay's first op, then the end) and the words per thread the
-    overlays' state takes (the resume word and the most registers kept across one edge)."""
+    overlays' state takes (the resume word and the kept registers' slots)."""
     bounds: list[int]
     slots: int
     cutter: "_Cutter"
@@ -93,6 +95,7 @@ class _Cutter:
     def __init__(self, mops: list[MOp], threads: int):
         self.mops, self.threads, self.base = mops, threads, 0
         self.cycles = False         # overlay 0 may be entered again (set when a later cut makes a loop cross one)
+        self.slot: dict[str, int] = {}     # each kept register's slot (programs() assigns them)
         live, defined = live_in(mops, observed_keeps(mops, atoms=True)), defined_in(mops)
         self.kept = [sorted(live[i] & defined[i]) for i in range(len(mops))]
 
@@ -106,8 +109,8 @@ class _Cutter:
         return ("tid", self.base)
 
     def targets(self, bounds: list[int]) -> list[int]:
-        """The ops entered across a cut: a branch's target in another overlay, or the op after a cut that the op
-        before it falls through to."""
+        """The ops entered across a cut: a branch's target in another overlay, the op after a cut that the op
+        before it falls through to, and the op after a __syncthreads."""
         n = len(self.mops)
         found = set()
         for i, mop in enumerate(self.mops):
