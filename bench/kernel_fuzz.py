@@ -33,12 +33,15 @@ a - b and a * b (PTX add.rn / sub.rn / mul.rn.f32: round to nearest even, subnor
 infinity) of float subexpressions, words with their exponent held in a window (near 1, near 2^24, among the
 subnormals, near the largest floats: so that adds round and products underflow or overflow), edge literals (-0.0f,
 1e-45f, 1.1754944e-38f, 3.4e38f, 16777216.0f, infinities) and (float) of int and unsigned expressions
-(cvt.rn.f32.s32 / .u32), at most three arithmetic ops per float use; half the plain programs write a float
-expression's bits to out[]. Every arithmetic result is wrapped in ``canon()``, which makes a NaN the canonical NaN
+(cvt.rn.f32.s32 / .u32), and (18% of the ops: each is ~170 machine ops) a / b, 1.0f / a and sqrtf(a) (div.rn /
+rcp.rn / sqrt.rn.f32, correctly rounded: x / 0, 0 / 0, inf / inf, roots of negatives, of exact squares and of their
+neighbours), at most three arithmetic ops per float use; half the plain programs write a float expression's bits to
+out[]. Every arithmetic result is wrapped in ``canon()``, which makes a NaN the canonical NaN
 0x7fffffff in both the CUDA and the C source: the GPU (and the machine) write that NaN, x86 propagates payloads or
 makes 0xffc00000, and NVRTC's compiler may fold ``x + -0.0f`` to ``x``, payload and all; operands that must not be
 NaN (fmaxf / fminf's NaN-free side) are finite, so their sum or product is never a NaN. The C reference is compiled
-with ``-ffp-contract=off`` (the toolchain's --fmad=false) and without -ffast-math, in SSE registers. All five are off
+with ``-ffp-contract=off`` (the toolchain's --fmad=false), without -ffast-math, in SSE registers (``/`` is divss) and
+with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no libm call for errno). All five are off
 by default, so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
@@ -46,10 +49,10 @@ by default, so a seed's programs stay what they were.
     python -m qccl_bench.kernel_fuzz --programs 600 --seed 31 --floats --arith
 
 prints programs tried, run, refused (by reason), mismatches and internal errors (with --arith also how many of the
-programs that ran hold a float add, sub, mul and each conversion); a mismatch prints its source and
-both results, an internal error (any exception but a MachineError refusal or an NVRTC compile error, and the
-lowering's "internal: ..." MachineErrors: a bug) its source and the exception; either makes the exit status 1. The
-run goes on past both.
+programs that ran hold a float add, sub, mul, div, rcp, sqrt and each conversion); a mismatch prints its source and
+both results, an internal error (any exception but a MachineError refusal or an NVRTC compile error, the lowering's
+"internal: ..." MachineErrors, and with --time-limit (on with --arith) a program not done in time, each run in a
+forked child: a bug) its source and the exception; either makes the exit status 1. The run goes on past both.
 """
 from __future__ import annotations
 
@@ -89,9 +92,9 @@ class Generator:
                  wide: bool = False, arith: bool = False):
         self.rng = rng
         self.floats = floats or arith   # unsigned expressions may compare, classify or read back float32 expressions
-        self.arith = arith      # float expressions also add, subtract, multiply and convert ints (float)i, (float)u
-        self.arith_left = 0     # float arithmetic ops (+ - *) still allowed in the float expressions being drawn
-        self.features = set()   # fadd, fsub, fmul, cvt.s32, cvt.u32: what this program holds (--arith)
+        self.arith = arith      # float expressions also + - * / sqrtf and convert ints (float)i, (float)u
+        self.arith_left = 0     # float arithmetic ops (+ - * / sqrtf) still allowed in the float expressions drawn
+        self.features = set()   # fadd, fsub, fmul, fdiv, frcp, fsqrt, cvt.s32, cvt.u32: what this program holds
         self.wide = wide        # unsigned expressions may truncate, shift or compare 64-bit expressions
         self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
         self.shared = False     # leaves may read any thread's shared word (after the first barrier)
@@ -203,13 +206,12 @@ class Generator:
         return self.pick([leaf, leaf, f"(-{leaf})", f"fabsf({leaf})"])
 
     def arith_expr(self, depth: int, nan_free: bool) -> str:
-        """``a + b``, ``a - b`` or ``a * b`` of float subexpressions, canonicalised: a NaN result becomes the canonical
-        NaN 0x7fffffff on both sides (the GPU writes it, x86 propagates payloads or makes 0xffc00000, and NVRTC's
-        compiler may fold x + -0.0f to x, payload and all). ``nan_free``: operands that are never NaN nor infinite, so
-        the result is never a NaN (it may overflow to infinity)."""
+        """``a + b``, ``a - b``, ``a * b``, ``a / b``, ``1.0f / a`` or ``sqrtf(a)`` of float subexpressions,
+        canonicalised: a NaN result becomes the canonical NaN 0x7fffffff on both sides (the GPU writes it, x86
+        propagates payloads or makes 0xffc00000, and NVRTC's compiler may fold x + -0.0f to x, payload and all).
+        ``nan_free``: operands that are never NaN nor infinite (a divisor never zero, a root's operand a magnitude),
+        so the result is never a NaN (it may overflow to infinity)."""
         self.arith_left -= 1
-        op = self.pick(["+", "-", "*"])
-        self.features.add({"+": "fadd", "-": "fsub", "*": "fmul"}[op])
 
         def operand():
             if nan_free:
@@ -222,8 +224,46 @@ class Generator:
             if choice < 0.65:
                 return self.windowed()
             return self.float_expr(depth + 1)
+        # a division or a square root is ~170 machine ops (ROM overlays): 18% of the ops, the rest + - *
+        choice = self.rng.random()
+        if choice < 0.08:
+            self.features.add("fdiv")
+            # NaN-free: a divisor whose exponent is never zero (0 / 0 is the only NaN of finite operands)
+            divisor = self.nonzero_expr() if nan_free else operand()
+            return f"canon({operand()} / {divisor})"
+        if choice < 0.12:
+            self.features.add("frcp")
+            return f"canon(1.0f / {self.nonzero_expr() if nan_free else operand()})"     # rcp.rn.f32
+        if choice < 0.18:
+            self.features.add("fsqrt")
+            if self.rng.random() < 0.2:
+                # an exact square (of a 12-bit integer, of 1.m with 11 bits of m, or a subnormal one: k * 2^-74
+                # with k < 2^11, its square k^2 * 2^-148), or the float just above or below one
+                word = self.pick([self.leaf(), "(unsigned)x[tid]", self.expr(3)])
+                root = self.pick([f"(float)(({word}) & 0xfffu)",
+                                  f"__uint_as_float((({word}) & 0x807ff000u) | 0x3f800000u)",
+                                  f"((float)(({word}) & 0x7ffu) * __uint_as_float(0x1a800000u))"])
+                square = f"canon({root} * {root})"
+                if self.rng.random() < 0.5:
+                    square = f"__uint_as_float(__float_as_uint({square}) + {self.pick(['1u', '0xffffffffu'])})"
+                return f"canon(sqrtf({square}))"
+            a = operand()
+            # NaN-free (or half the time): of a magnitude, so that the root is a number
+            return f"canon(sqrtf({f'fabsf({a})' if nan_free or self.rng.random() < 0.5 else a}))"
+        op = self.pick(["+", "-", "*"])
+        self.features.add({"+": "fadd", "-": "fsub", "*": "fmul"}[op])
         a, b = operand(), operand()
         return f"canon({a} {op} {b})"
+
+    def nonzero_expr(self) -> str:
+        """A float32 expression that is never zero, NaN nor infinite: a word in a window whose exponent is never 0,
+        or a nonzero literal."""
+        if self.rng.random() < 0.3:
+            return self.pick(("1.0f", "(-1.0f)", "0.1f", "1.5f", "(-3.0f)", "1e-45f", "(-1e-45f)", "5.877472e-39f",
+                              "3.4e38f", "16777216.0f", "8388608.5f"))
+        mask, base = self.pick([w for w in self.WINDOWS if w[1] != "0x00000000u"])
+        word = self.pick([self.leaf(), "(unsigned)x[tid]", "(unsigned)x[(tid + 1u) & 7u]", self.expr(3)])
+        return f"__uint_as_float(({word} & {mask}) | {base})"
 
     def float_expr(self, depth: int, nan_free: bool = False) -> str:
         """A float32 expression: words read as floats, edge literals, and the float operations that do not round
@@ -448,7 +488,7 @@ def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     # -ffp-contract=off: a * b + c is a rounded multiply, then a rounded add (the toolchain's --fmad=false); no
     # -ffast-math; float arithmetic in SSE registers (x86-64's default; said outright for a 32-bit x86 host, whose
     # default x87 would round to a wider precision first).
-    flags = ["-O1", "-fwrapv", "-ffp-contract=off", "-fno-fast-math", "-w"]
+    flags = ["-O1", "-fwrapv", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-w"]
     if platform.machine().lower() in ("i386", "i486", "i586", "i686", "x86"):
         flags += ["-msse2", "-mfpmath=sse"]
     subprocess.run(["gcc", *flags, "-o", binary, source, "-lm"], check=True, timeout=300)
@@ -478,7 +518,10 @@ def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = Fals
 
 
 def classify(error: Exception) -> str:
-    text = str(error)
+    return classify_text(str(error))
+
+
+def classify_text(text: str) -> str:
     for key in ("blocks; the ROM holds", "registers per lane", "words of block memory", "floating point", "divergent", "not a whole number",
                 "holds an address", "overlaps them", "mul.hi", "depends on the high word", "unsupported PTX"):
         if key in text:
@@ -500,19 +543,76 @@ def run_machine(case: Case):
     return [int(v) for v in dev.read(OUT, case.threads)]
 
 
+def attempt(case: Case) -> tuple[str, object]:
+    """("ok", out[]), ("compile", text), ("refused", the MachineError's text) or ("internal", what went wrong)."""
+    from qwengpu.isa import MachineError
+    from qwengpu.toolchain import CompileError
+    try:
+        return "ok", run_machine(case)
+    except CompileError as e:
+        return "compile", str(e)
+    except Exception as e:
+        if isinstance(e, MachineError) and not str(e).startswith("internal"):
+            return "refused", str(e)
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return "internal", f"{type(e).__name__}: {e} (at {where.filename}:{where.lineno} in {where.name})"
+
+
+def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
+    """``attempt(case)``, in a forked child killed after ``time_limit`` seconds (then ("internal", "timeout ...")):
+    a lowering that never ends is a bug to report, not a run that never ends. None: in this process."""
+    if time_limit is None or not hasattr(os, "fork"):
+        return attempt(case)
+    import pickle
+    import select
+    import signal
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:    # the child: its outcome down the pipe, then out without running the parent's cleanup
+        status = 1
+        try:
+            os.close(read)
+            data = pickle.dumps(attempt(case))
+            with os.fdopen(write, "wb") as pipe:
+                pipe.write(data)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    chunks, deadline = [], time.time() + time_limit
+    with os.fdopen(read, "rb") as pipe:
+        while True:
+            left = deadline - time.time()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return "internal", f"timeout: not done after {time_limit:g} s (the lowering or the run hangs)"
+            chunk = os.read(pipe.fileno(), 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if not chunks:
+        return "internal", f"the child running the program died (wait status {status})"
+    return pickle.loads(b"".join(chunks))
+
+
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
-         arith: bool = False) -> dict:
+         arith: bool = False, time_limit: float | None = None) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
-    ``wide``: 64-bit expressions; ``arith``: float32 + - * and (float) of ints, implies ``floats``); returns counts
-    (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul or an
-    int / unsigned conversion), the mismatches and the internal errors (case, the exception's text): a program whose
-    lowering or run raises anything but a refusal is counted and the run goes on with the next. Without those five a
-    seed gives the same programs as before they existed."""
-    from qwengpu.isa import MachineError
-    from qwengpu.toolchain import CompileError
+    ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``); returns
+    counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
+    div, rcp, sqrt or an int / unsigned conversion), the mismatches and the internal errors (case, the exception's
+    text): a program whose lowering or run raises anything but a refusal is counted and the run goes on with the
+    next. Without those five a seed gives the same programs as before they existed. ``time_limit``: each program
+    is lowered and run in a forked child that is killed after that many seconds (an internal error: the lowering
+    hangs); None runs it in this process."""
+    import qwengpu.isa          # noqa: F401  imported once here, not again in each forked child
+    import qwengpu.toolchain    # noqa: F401
+    from qwengpu import Device  # noqa: F401
     rng = np.random.default_rng(seed)
     report = {"tried": 0, "ran": 0, "refused": collections.Counter(), "mismatches": [], "compile_errors": 0,
               "internal_errors": [], "features": collections.Counter()}
@@ -524,22 +624,20 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
                 report["tried"] += 1
-                try:
-                    got = run_machine(case)
-                except CompileError:
+                kind, got = outcome(case, time_limit)
+                if kind == "compile":
                     report["compile_errors"] += 1
                     continue
-                except Exception as e:
-                    if isinstance(e, MachineError) and not str(e).startswith("internal"):
-                        report["refused"][classify(e)] += 1
-                        continue
-                    # A bug, not a refusal (an exception such as KeyError, or the lowering's own "internal: ..."
-                    # MachineError): counted with the program, and the run goes on.
-                    where = traceback.extract_tb(e.__traceback__)[-1]
-                    text = f"{type(e).__name__}: {e} (at {where.filename}:{where.lineno} in {where.name})"
-                    report["internal_errors"].append((case, text))
+                if kind == "refused":
+                    report["refused"][classify_text(got)] += 1
+                    continue
+                if kind == "internal":
+                    # A bug, not a refusal (an exception such as KeyError, the lowering's own "internal: ..."
+                    # MachineError, or a program that ran past time_limit): counted with the program, and the run
+                    # goes on.
+                    report["internal_errors"].append((case, got))
                     if verbose:
-                        print(f"INTERNAL ERROR {text}\n{cuda_source(case.body, case.phases)}x={case.x} s0={case.s0} "
+                        print(f"INTERNAL ERROR {got}\n{cuda_source(case.body, case.phases)}x={case.x} s0={case.s0} "
                               f"s1={case.s1} out0={case.out} threads={case.threads}", flush=True)
                     continue
                 report["ran"] += 1
@@ -576,11 +674,17 @@ def main(argv=None) -> int:
     parser.add_argument("--arith", action="store_true",
                         help="with --floats (implied): float32 a + b, a - b, a * b (round to nearest even, "
                              "subnormals, overflow to infinity; a NaN result canonicalised on both sides) and "
-                             "(float) of int and unsigned expressions, among edge literals")
+                             "(float) of int and unsigned expressions, among edge literals; a / b, 1.0f / a and "
+                             "sqrtf(a) correctly rounded")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds a program may take to lower and run (in a forked child) before it is counted "
+                             "an internal error; 0 runs each in this process without a limit (the default, but 60 "
+                             "with --arith, whose divisions and roots of launch-uniform values can hang the lowering)")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
-                  atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith)
+                  atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith,
+                  time_limit=(60.0 if args.arith else None) if args.time_limit is None else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "
           f"internal errors {len(report['internal_errors'])} ({time.time() - start:.0f} s)")

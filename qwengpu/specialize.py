@@ -58,16 +58,40 @@ _DECISIONS = {
 }
 
 
+def _postorder(expr, done=()):
+    """The operation nodes of a traced expression, each once (by identity), operands before the nodes using them.
+    Iterative and shared-aware: a float op's chain of integer ops on an argument is hundreds deep and shares its
+    subexpressions, so a recursive walk overflows the stack or takes exponential time. Nodes whose id is in
+    ``done`` are left out with everything below them."""
+    order, seen, stack = [], set(), [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if not isinstance(node, tuple) or node[0] == "arg" or (not ready and (id(node) in seen or id(node) in done)):
+            continue
+        if ready:
+            order.append(node)
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((operand, False) for operand in reversed(node[1:]))
+    return order
+
+
 def evaluate(expr, args):
     """The value of a traced expression for these arguments (plain ints)."""
-    if not isinstance(expr, tuple):
-        return expr
-    kind = expr[0]
-    if kind == "arg":
-        return args[expr[1]]
-    if kind in _UNARY:
-        return _UNARY[kind](evaluate(expr[1], args))
-    return _ARITHMETIC[kind](evaluate(expr[1], args), evaluate(expr[2], args))
+    values: dict[int, int] = {}
+
+    def value(x):
+        if not isinstance(x, tuple):
+            return x
+        return args[x[1]] if x[0] == "arg" else values[id(x)]
+    for node in _postorder(expr):
+        kind = node[0]
+        if kind in _UNARY:
+            values[id(node)] = _UNARY[kind](value(node[1]))
+        else:
+            values[id(node)] = _ARITHMETIC[kind](value(node[1]), value(node[2]))
+    return value(expr)
 
 
 def _binary(name, reflected=False):
@@ -151,6 +175,11 @@ _SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%", "l
             "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
+def _identity(expr):
+    """A key for a traced expression that costs nothing to hash: the tuple's identity (a plain value is itself)."""
+    return ("id", id(expr)) if isinstance(expr, tuple) else expr
+
+
 def _test(decisions):
     """One function that tells whether every decision comes out as recorded for arguments ``a``: the checks are
     generated as Python source once per template (a launch runs hundreds of them). Each traced value is one
@@ -165,16 +194,16 @@ def _test(decisions):
             return repr(expr)
         if expr[0] == "arg":
             return f"a[{expr[1]}]"
-        if id(expr) not in names:
-            kind = expr[0]
+        for node in _postorder(expr, names):
+            kind = node[0]
             if kind == "abs":
-                value = f"abs({name(expr[1])})"
+                value = f"abs({name(node[1])})"
             elif kind in _UNARY:
-                value = f"{_SYMBOLS[kind]}{name(expr[1])}"
+                value = f"{_SYMBOLS[kind]}{name(node[1])}"
             else:
-                value = f"{name(expr[1])} {_SYMBOLS[kind]} {name(expr[2])}"
-            names[id(expr)] = f"t{len(names)}"
-            lines.append(f"    {names[id(expr)]} = {value}")
+                value = f"{name(node[1])} {_SYMBOLS[kind]} {name(node[2])}"
+            names[id(node)] = f"t{len(names)}"
+            lines.append(f"    {names[id(node)]} = {value}")
         return names[id(expr)]
 
     for kind, expr, others, outcome in decisions:
@@ -302,6 +331,14 @@ class Specializer:
         self.lowered += 1
         holes = [i for i, b in enumerate(program.blocks) if _holes(b)]
         # a decision holds plain values already (an expression is built of expressions and plain ints: _expr keeps
-        # a traced operand's expression, never the operand; an outcome is int's own result), so it is its own key
-        unique = list(dict.fromkeys(decisions))
+        # a traced operand's expression, never the operand; an outcome is int's own result). Repeats are told apart
+        # by the identity of their expressions, not their hash: a float op's chain shares subexpressions, and a
+        # tuple's hash walks every path through them (exponential in the chain's length; the fuzzer's --arith hung
+        # on a division of arguments). The decisions list keeps every expression alive, so ids stay unique.
+        seen, unique = set(), []
+        for kind, expr, others, outcome in decisions:
+            key = (kind, _identity(expr), tuple(_identity(o) for o in others), outcome)
+            if key not in seen:
+                seen.add(key)
+                unique.append((kind, expr, others, outcome))
         return Template(unique, program, holes, [_plain(b) for b in program.blocks])

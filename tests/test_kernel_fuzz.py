@@ -77,12 +77,15 @@ def test_64_bit_expressions_match_the_host_c_compiler():
 
 
 def test_float_arithmetic_and_conversions_match_the_host_c_compiler():
-    """--floats --arith: float32 a + b, a - b, a * b (round to nearest even, subnormals in and out, overflow to
-    infinity) of words in windows of exponents, edge literals (-0.0f, 1e-45f, 3.4e38f, infinities) and (float) of
-    int and unsigned expressions, against gcc's IEEE float32 without contraction; a NaN result is made the canonical
-    NaN on both sides. Seed 8's 40 programs hold each op and both conversions in over 20 programs that run."""
+    """--floats --arith: float32 a + b, a - b, a * b, a / b, 1.0f / a and sqrtf(a) (correctly rounded to nearest even,
+    subnormals in and out, overflow to infinity, x / 0, 0 / 0, roots of exact squares and their neighbours) of words
+    in windows of exponents, edge literals (-0.0f, 1e-45f, 3.4e38f, infinities) and (float) of int and unsigned
+    expressions, against gcc's IEEE float32 (SSE divss / sqrtss, no contraction, no errno); a NaN result is made the
+    canonical NaN on both sides. Seed 8's 40 programs hold + - * and both conversions in over 15 programs that run,
+    a division in 12, a reciprocal and a square root in 7 each. Each program runs in a forked child with a time
+    limit, so a lowering that hangs fails the test instead of hanging it."""
     from qccl_bench.kernel_fuzz import fuzz
-    report = fuzz(40, seed=8, batch=40, floats=True, arith=True)
+    report = fuzz(40, seed=8, batch=40, floats=True, arith=True, time_limit=60)
     assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
                                                  for case, got, want in report["mismatches"])
     assert report["internal_errors"] == [], report["internal_errors"]
@@ -91,3 +94,6 @@ def test_float_arithmetic_and_conversions_match_the_host_c_compiler():
                                       "overlaps them"}, report["refused"]
     for feature in ("fadd", "fsub", "fmul", "cvt.s32", "cvt.u32"):
         assert report["features"][feature] >= 15, report["features"]
+    assert report["features"]["fdiv"] >= 10, report["features"]
+    for feature in ("frcp", "fsqrt"):
+        assert report["features"][feature] >= 5, report["features"]

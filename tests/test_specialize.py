@@ -129,3 +129,22 @@ def test_a_long_chain_of_arithmetic_on_arguments_is_checked_without_nesting():
         dev.launch(kernel, threads=4, args=[0, s0, s1])
         want = ((np.float32(s0) + np.float32(1.0)) - np.float32(s1)).view(np.uint32)
         assert (dev.read(0, 4).view(np.uint32) == want).all()
+
+
+@pytest.mark.parametrize("body, reference", [
+    ("1.0f / __int_as_float(s1)", lambda a0, a1, s1: np.float32(1.0) / a1),
+    ("sqrtf(__int_as_float(s1))", lambda a0, a1, s1: np.sqrt(a1)),
+    ("__int_as_float(s0) / (float)(s1 & 0x01ffffff)", lambda a0, a1, s1: a0 / np.float32(s1 & 0x01FFFFFF)),
+])
+def test_a_division_of_arguments_is_traced_in_time(body, reference):
+    """A division or square root of launch arguments alone: hundreds of decisions on expressions that share their
+    subexpressions. Hashing them, or evaluating them as trees, took exponential time (the fuzzer's --arith hung)."""
+    source = ('extern "C" __global__ void k(int *out, int s0, int s1) { '
+              f'out[threadIdx.x] = __float_as_int({body}); }}')
+    dev = Device()
+    dev.alloc(4, at=0)
+    kernel = dev.load_kernel(source, "k")
+    for s0, s1 in ((444113668, 319671104), (444113669, 319671107)):
+        dev.launch(kernel, threads=4, args=[0, s0, s1])
+        a0, a1 = np.array([s0, s1], dtype=np.int32).view(np.float32)
+        assert (dev.read(0, 4).view(np.uint32) == np.float32(reference(a0, a1, s1)).view(np.uint32)).all()
