@@ -197,11 +197,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     words = shared_words + slots * threads
     markers = [_copy(m) for m in mops]      # the barriers still markers: overlays leave them their own way
     if words > isa.USABLE_WORDS:
-        local = f", {local_words * threads} of .local arrays ({local_words} a thread)" if local_words else ""
-        error = MachineError(f"kernel {kernel.name} with {threads} threads needs {words} words of block memory "
-                             f"({shared_words - local_words * threads} of __shared__ arrays{local}, {slots * threads} "
-                             f"to keep {slots - 1} registers and a resume word per thread across __syncthreads); "
-                             f"memory has {isa.USABLE_WORDS} words")
+        error = _memory_error(kernel.name, threads, shared_words, local_words, slots, "__syncthreads")
         try:        # overlays keep fewer: a register is loaded where first used and stored only if written
             return _overlaid(kernel.name, str(error), prune(markers), threads, shared_words, local_words,
                              emitter.barrier)
@@ -222,6 +218,18 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     if slots:
         program.cleared = (base, threads)
     return program
+
+
+def _memory_error(name: str, threads: int, shared_words: int, local_words: int, slots: int,
+                  across: str) -> MachineError:
+    """Block memory over the machine's words: the arrays, and ``slots`` words a thread (a resume word and the kept
+    registers) to keep across ``across``."""
+    words = shared_words + slots * threads
+    local = f", {local_words * threads} of .local arrays ({local_words} a thread)" if local_words else ""
+    return MachineError(f"kernel {name} with {threads} threads needs {words} words of block memory "
+                        f"({shared_words - local_words * threads} of __shared__ arrays{local}, {slots * threads} "
+                        f"to keep {slots - 1} registers and a resume word per thread across {across}); memory has "
+                        f"{isa.USABLE_WORDS} words")
 
 
 def _copy(mop: MOp) -> MOp:
@@ -246,12 +254,8 @@ def _overlaid(name: str, why: str, mops: list[MOp], threads: int, shared_words: 
         overlays = min(overlays, split(why, mops, threads, _fits, share=1), key=lambda o: o.slots)
     words = shared_words + overlays.slots * threads
     if words > isa.USABLE_WORDS:
-        local = f", {local_words * threads} of .local arrays ({local_words} a thread)" if local_words else ""
-        raise MachineError(f"kernel {name} with {threads} threads needs {words} words of block memory "
-                           f"({shared_words - local_words * threads} of __shared__ arrays{local}, "
-                           f"{overlays.slots * threads} to keep {overlays.slots - 1} registers and a resume word per "
-                           f"thread across __syncthreads and the cuts between its {len(overlays.bounds) - 1} "
-                           f"overlays); memory has {isa.USABLE_WORDS} words")
+        raise _memory_error(name, threads, shared_words, local_words, overlays.slots,
+                            f"__syncthreads and the cuts between its {len(overlays.bounds) - 1} overlays")
     base = isa.SINK - words
     parts = [allocate(name, fuse(ops), barrier, precise=True) for ops in overlays.programs(base)]
     blocks, listing, exits, waits, spans = [], [], set(), set(), []
