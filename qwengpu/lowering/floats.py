@@ -69,8 +69,6 @@ import math
 import operator
 import struct
 
-import numpy as np
-
 from ..isa import MachineError
 from ..ptx import Imm, Instruction, Kernel, Label, Reg
 from .semantics import fold
@@ -930,11 +928,6 @@ class _Rewriter:
         dst, (x,) = self._precise(inst, "a reciprocal")
         self._quotient(dst, Imm(0x3F800000), x)
 
-    def _literal(self, dst: Reg, value: float) -> None:
-        """dst = a float32 result worked out here (every operand a literal); a NaN is the canonical one."""
-        bits = CANONICAL_NAN if math.isnan(value) else struct.unpack("<I", struct.pack("<f", value))[0]
-        self.emit("mov.b32", Imm(bits), dst=dst)
-
     def _loop(self, trips: int, body) -> None:
         """``body()`` emitted once and run ``trips`` times: a label, the body, a counter counted down and a branch
         back while it is nonzero (a uniform loop on the machine; a SIMT one with the rest under a divergent branch)."""
@@ -969,10 +962,6 @@ class _Rewriter:
         ``DIVISION_LOOP`` a loop of that many steps a trip. Special operands as a product's with the divisor
         inverted (0 <-> inf): x / 0 = inf, x / inf = 0, 0 / 0, inf / inf and any NaN the canonical NaN; the sign is
         the xor of the signs."""
-        if isinstance(a, Imm) and isinstance(b, Imm):
-            with np.errstate(all="ignore"):
-                self._literal(dst, float(np.float32(_value(a.value)) / np.float32(_value(b.value))))
-            return
         sign = self.op("and.b32", self.op("xor.b32", a, b), Imm(SIGN))
         ma, mb = self.magnitude(a), self.magnitude(b)
         ea = self.op("max.u32", self.op("and.b32", ma, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
@@ -1045,10 +1034,6 @@ class _Rewriter:
         never subnormal nor overflows. sqrt(+-0) = +-0, sqrt(+inf) = +inf, a negative number or a NaN gives the
         canonical NaN."""
         dst, (x,) = self._precise(inst, "a square root")
-        if isinstance(x, Imm):
-            value = _value(x.value)
-            self._literal(dst, float(np.sqrt(np.float32(value))) if not value < 0 else math.nan)
-            return
         magnitude = self.magnitude(x)
         field = self.op("max.u32", self.op("and.b32", magnitude, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
         sig = self.op("add.s32", self.op("sub.s32", magnitude, field), Imm(SMALLEST_NORMAL))
