@@ -195,7 +195,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     mops = emitter.run()
     slots = state_slots(mops)
     words = shared_words + slots * threads
-    markers = [_copy(m) for m in mops]      # the barriers still markers: overlays leave them their own way
+    markers = [m.copy() for m in mops]      # the barriers still markers: overlays leave them their own way
     if words > isa.USABLE_WORDS:
         error = _memory_error(kernel.name, threads, shared_words, local_words, slots, "__syncthreads")
         try:        # overlays keep fewer: a register is loaded where first used and stored only if written
@@ -207,7 +207,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     mops, _ = expand(mops, threads, base)
     try:
         try:
-            program = allocate(kernel.name, fuse([_copy(m) for m in mops]), emitter.barrier)
+            program = allocate(kernel.name, fuse([m.copy() for m in mops]), emitter.barrier)
         except DoesNotFit:
             program = allocate(kernel.name, fuse(prune(mops)), emitter.barrier, precise=True)
     except DoesNotFit as error:
@@ -232,13 +232,9 @@ def _memory_error(name: str, threads: int, shared_words: int, local_words: int, 
                         f"{isa.USABLE_WORDS} words")
 
 
-def _copy(mop: MOp) -> MOp:
-    return dataclasses.replace(mop, labels=set(mop.labels))
-
-
 def _fits(ops: list[MOp]) -> bool:
     try:
-        allocate("", fuse([_copy(m) for m in ops]), False, precise=True)
+        allocate("", fuse([m.copy() for m in ops]), False, precise=True)
     except DoesNotFit:
         return False
     return True

@@ -220,7 +220,7 @@ def prune(mops: list[MOp]) -> list[MOp]:
     also drops a chain that only updates itself, ``@q r = r << 8`` with r read by nothing after it: the side of a
     float ``?:`` that the launch's arguments decide against). Loads go too; stores, branches and atomics stay.
     The lowering runs it on programs that do not fit the ROM as they are (those that fit are left as they were)."""
-    mops = [dataclasses.replace(m, labels=set(m.labels)) for m in mops]
+    mops = [m.copy() for m in mops]
     while True:
         live, succ = live_in(mops), successors(mops)
         dead = [i for i, mop in enumerate(mops)

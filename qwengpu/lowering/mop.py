@@ -7,6 +7,7 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..isa import Block
@@ -79,6 +80,10 @@ class MOp:
     restore: bool = False           # reads a lane's barrier state (warp-uniform where the register it restores is)
     parks: bool = False             # the block where a warp stops at a barrier (or leaves its overlay)
     waits: bool = False             # a parking block of a barrier: the warp waits there for every warp of the block
+
+    def copy(self) -> "MOp":
+        """A copy the later stages may change (fusion and the overlays rewrite ops in place)."""
+        return dataclasses.replace(self, labels=set(self.labels))
 
     def reads(self, keep: bool = True) -> list[str]:
         regs = [s for s, _ in (self.a, self.b) if s not in (None, "tid")]

@@ -55,10 +55,6 @@ class Overlays:
         return self.cutter.programs(self.bounds, base)[0]
 
 
-def _copy(mop: MOp) -> MOp:
-    return dataclasses.replace(mop, labels=set(mop.labels))
-
-
 def _jumps(mop: MOp) -> bool:
     return mop.branch != "none" and mop.target != "exit"
 
@@ -182,7 +178,7 @@ class _Cutter:
                            waits=waits, text=f"{'__syncthreads' if waits else 'overlay'}: leave for point {ids[t]}"))
 
         for i in range(start, stop):
-            mop = _copy(self.mops[i])
+            mop = self.mops[i].copy()
             jumps_inside = _jumps(mop) and start <= mop.target_index < stop
             if straight and (i in inner or jumps_inside or mop.barrier):
                 if falls:                           # the rest of the overlay may use any of them
