@@ -35,7 +35,6 @@ Example::
 """
 from __future__ import annotations
 
-import dataclasses
 
 from .. import isa
 from ..isa import MachineError
