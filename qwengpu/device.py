@@ -74,6 +74,7 @@ class Kernel:
     ptx: object
     source: str
     fixed: Program | None = field(default=None, repr=False)
+    variables: dict[str, int] = field(default_factory=dict)     # __device__ / __constant__ variable -> word
     _programs: Specializer | None = field(default=None, repr=False)
 
     @classmethod
@@ -94,7 +95,7 @@ class Kernel:
                                    f"{len(args)}")
             return self.fixed
         if self._programs is None:
-            self._programs = Specializer(self.ptx, PROGRAM_CACHE)
+            self._programs = Specializer(self.ptx, PROGRAM_CACHE, self.variables)
         return self._programs.program(args, threads, block=block, blocks=blocks, shared=shared,
                                       block_shape=shape, grid_shape=grid)
 
@@ -123,6 +124,20 @@ class Kernel:
             else:
                 words.append(_integer(value, "kernel argument"))
         return tuple(words)
+
+    def get_global(self, name: str) -> int:
+        """The word address of a ``__device__`` or ``__constant__`` variable this kernel names (CuPy's
+        ``RawModule.get_global``, CUDA's ``cudaGetSymbolAddress``): ``dev.write`` and ``dev.read`` it where CUDA
+        code calls ``cudaMemcpyToSymbol`` / ``cudaMemcpyFromSymbol``. Kernels of one module share the words::
+
+            conv = dev.load_kernel("conv.cu", "conv")       # __constant__ float mask[3];
+            dev.write(conv.get_global("mask"), np.float32([0.25, 0.5, 0.25]))
+        """
+        if name not in self.variables:
+            names = ", ".join(sorted(self.variables)) or "none"
+            raise MachineError(f"kernel {self.name} names no __device__ or __constant__ variable {name!r} (it "
+                               f"names: {names})")
+        return self.variables[name]
 
     @property
     def cached_programs(self) -> int:
@@ -182,6 +197,7 @@ class Device:
         self.stats = {"tokens_written": 0, "tokens_fed": 0, "records": 0, "launches": 0}
         self.launch_records: list[int] = []
         self._allocations: dict[int, int] = {}
+        self._variables: dict[str, dict[str, int]] = {}     # module PTX -> its placed variables' words
         self._rom: list[list[int] | None] = [None] * 32
         self._outbox: list[Packet] = []
         self._launch = None     # (kernel, program, warps left, records) while busy
@@ -279,11 +295,37 @@ class Device:
         else:
             ptx_text = ptx_for(text)
         module = parse(ptx_text, strict=False)     # another kernel of the file outside the subset is no concern here
-        if name in module.refused:
-            raise module.refused[name]
-        if name not in module.kernels:
-            raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(module.kernels)})")
-        return Kernel(name, module.kernels[name], ptx_text)
+        entry = _entry(module, name)
+        if entry in module.refused:
+            raise module.refused[entry]
+        ptx = module.kernels[entry]
+        return Kernel(name, ptx, ptx_text, variables=self._place(name, ptx_text, ptx.variables))
+
+    def _place(self, kernel: str, module: str, variables: dict) -> dict[str, int]:
+        """Words for the ``__device__`` / ``__constant__`` variables a kernel names, written with their initial
+        bytes (host copies, as a driver loads a module's data). A variable is placed once per module (its PTX text)
+        and device, when the first kernel that names it loads, so the module's kernels share it; the words stay
+        allocated for the device's life."""
+        placed = self._variables.setdefault(module, {})
+        new = [v for v in variables.values() if v.name not in placed]
+        if new and self._launch is not None:
+            raise MachineError(f"load_kernel({kernel!r}) during a launch of {self._launch['kernel'].name}: its "
+                               "variables are written at load; load it between launches")
+        taken = []
+        try:
+            for variable in new:
+                taken.append(self.alloc(variable.words))
+        except MachineError as error:
+            for address in taken:
+                self.free(address)
+            sizes = ", ".join(f"{v.name} {v.words}" for v in new)
+            raise MachineError(f"kernel {kernel}: its __device__ / __constant__ variables ({sizes} words) do not "
+                               f"fit device memory: {error}") from None
+        for variable, address in zip(new, taken):
+            padded = variable.initial + bytes(4 * variable.words - len(variable.initial))
+            self.write(address, np.frombuffer(padded, dtype="<u4"))
+            placed[variable.name] = address
+        return {name: placed[name] for name in variables}
 
     def launch(self, kernel: Kernel, threads, args: Sequence, max_records: int = DEFAULT_RECORD_LIMIT,
                blocks=1, shared: int = 0):
@@ -559,6 +601,22 @@ class Device:
     def _backend_restore(self, state) -> None:
         self._unfed = []            # fed after the snapshot: dropped with the rest of what came after it
         self.backend.restore(state)
+
+
+def _entry(module, name: str) -> str:
+    """The entry of the module that kernel ``name`` is: itself, or the one C++ kernel of that name (``__global__ void
+    k(int *)`` without ``extern "C"`` is the entry ``_Z1kPi``: Itanium's mangling, the name's length, the name, then
+    the parameter types)."""
+    entries = [*module.kernels, *module.refused]
+    if name in entries:
+        return name
+    mangled = [e for e in entries if e.startswith(f"_Z{len(name)}{name}")]     # the length ends the name
+    if len(mangled) == 1:
+        return mangled[0]
+    if mangled:
+        raise MachineError(f"kernel {name!r} is overloaded or a template in the module ({', '.join(mangled)}): "
+                           "load it by its mangled name, or declare it extern \"C\"")
+    raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(entries)})")
 
 
 def _integer(value, what: str) -> int:

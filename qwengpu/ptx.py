@@ -2,7 +2,10 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, .const state, calls, global variables, float immediates. ``.shared`` arrays of
+machine cannot have: vector operands, calls, float immediates. ``__device__`` and ``__constant__`` variables
+(module-scope ``.global`` / ``.const`` data) are kept as ``Variable``s with their initial bytes, in
+``Module.variables`` and, for each kernel that names one, ``Kernel.variables``; the device gives them words when
+such a kernel loads. ``.shared`` arrays of
 a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by name and size in
 ``Kernel.shared``, dynamic ones (``extern __shared__ int s[];``) with size None (their bytes are a launch parameter),
 and ``.local`` arrays (each thread's own) in ``Kernel.local``; the lowering places them in the block's words. Device
@@ -87,6 +90,24 @@ class Kernel:
     shared: dict[str, int | None] = field(default_factory=dict)   # .shared arrays it uses: name -> bytes, in
     #                                                               order (None: extern, sized at launch)
     local: dict[str, int] = field(default_factory=dict)     # .local arrays (each thread's own): name -> bytes
+    variables: dict[str, "Variable"] = field(default_factory=dict)  # __device__ / __constant__ ones it names
+
+
+@dataclass(frozen=True)
+class Variable:
+    """A ``__device__`` or ``__constant__`` variable: module-scope ``.global`` / ``.const`` data. ``initial`` holds
+    all its bytes: the initializer's, then zeros (CUDA zero-fills the rest, and a variable without one)::
+
+        .const .align 4 .b8 mask[12] = {0, 0, 128, 62, 0, 0, 0, 63, 0, 0, 128, 62};   // {0.25f, 0.5f, 0.25f}
+        .global .align 4 .u32 total = 7;
+    """
+    name: str
+    space: str          # "global" (__device__) or "const" (__constant__)
+    initial: bytes
+
+    @property
+    def words(self) -> int:
+        return (len(self.initial) + 3) // 4
 
 
 @dataclass
@@ -97,6 +118,7 @@ class Module:
     kernels: dict[str, Kernel] = field(default_factory=dict)
     shared: dict[str, int] = field(default_factory=dict)     # module-scope .shared arrays: name -> bytes
     refused: dict[str, PTXError] = field(default_factory=dict)  # parse(strict=False): kernel -> why it is not kept
+    variables: dict[str, Variable] = field(default_factory=dict)  # __device__ / __constant__ variables: name ->
 
 
 # Special registers are always in scope; whether the machine has one is the lowering's decision.
@@ -141,6 +163,63 @@ def _array_declaration(line: int, text: str) -> tuple[str, int]:
     if size <= 0:
         raise _err(line, f".shared array {m.group(3)} has no bytes", text)
     return m.group(3), size
+
+
+_VARIABLE = re.compile(r"(?:\.visible\s+)?\.(global|const)\s+(?:\.align\s+\d+\s+)?\.([usbf](?:8|16|32|64))\s+("
+                       + _IDENT + r")\s*(?:\[\s*(\d*)\s*\])?\s*(?:=\s*(.*?))?", re.S)
+
+
+def _variable(line: int, text: str, values: str | None) -> Variable:
+    """A module-scope ``.global`` / ``.const`` declaration (``text``, up to its ';', or its '=' where a ``{ ... }``
+    list follows: ``values``, that list's text) -> Variable. Initial values are integers or float bit patterns
+    (``0f3F800000``, ``0d...``), little-endian in the type's width; an address (``generic(x)``) is refused."""
+    m = _VARIABLE.fullmatch(text.strip())
+    if not m or (values is not None and m.group(5)):
+        raise _err(line, "this module-scope data is not supported (a __device__ or __constant__ scalar or array of "
+                         "numbers, .global or .const)", text)
+    space, type_, name, count, scalar = m.groups()
+    size = int(type_[1:]) // 8
+    items = [v.strip() for v in (values if values is not None else scalar or "").split(",") if v.strip()]
+    if count == "" and not items:
+        raise _err(line, f"module data {name} has neither a size nor an initializer", text)
+    n = len(items) if count == "" else int(count or 1)
+    if len(items) > n:
+        raise _err(line, f"module data {name} has {len(items)} initial values for {n} elements", text)
+    initial = bytearray()
+    for item in items:
+        if type_[0] == "f":
+            digits = re.fullmatch(r"0[fF]([0-9a-fA-F]{8})" if size == 4 else r"0[dD]([0-9a-fA-F]{16})", item)
+            if digits is None:
+                raise _err(line, f"initial value {item} of {name} is not a .{type_} bit pattern", text)
+            value = int(digits.group(1), 16)
+        elif _INT.match(item):
+            value = _parse_int(item, line, text)
+            if not -(1 << (8 * size - 1)) <= value < 1 << (8 * size):
+                raise _err(line, f"initial value {item} of {name} does not fit .{type_}", text)
+        else:
+            raise _err(line, f"initial value {item} of {name} is not a number (an address, such as generic(x), "
+                             "cannot be kept: the machine keeps no pointers in memory)", text)
+        initial += (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+    if n * size == 0:
+        raise _err(line, f"module data {name} has no bytes", text)
+    return Variable(name, space, bytes(initial) + bytes(n * size - len(initial)))
+
+
+def _declare(variables: dict, refused: dict, line: int, text: str, values: str | None, strict: bool) -> None:
+    """Keep a module-scope variable; one outside the subset raises (strict) or is kept in ``refused`` by name, so a
+    kernel that names it is refused with its error."""
+    try:
+        if values == "{":
+            raise _err(line, "a nested initializer list is not supported", text)
+        variable = _variable(line, text, values)
+    except PTXError as error:
+        if strict:
+            raise
+        refused[text.split("=", 1)[0].split()[-1].split("[", 1)[0]] = error
+        return
+    if variable.name in variables:
+        raise _err(line, f"module data {variable.name} is declared twice", text)
+    variables[variable.name] = variable
 
 
 def _err(line: int, msg: str, text: str) -> PTXError:
@@ -240,10 +319,12 @@ class _KernelParser:
     """Collects one kernel's body; checks registers, labels and symbols against its declarations."""
 
     def __init__(self, kernel: Kernel, line: int, module_shared: dict[str, int] | None = None,
-                 module_data: dict[str, PTXError] | None = None):
+                 module_variables: dict[str, Variable] | None = None,
+                 refused_data: dict[str, PTXError] | None = None):
         self.k, self.line = kernel, line
         self.module_shared = module_shared or {}
-        self.module_data = module_data or {}
+        self.module_variables = module_variables or {}
+        self.refused_data = refused_data or {}
         self.counts: dict[str, int | None] = {}     # register prefix -> count declared with <N>, None for a name
         self.labels: dict[str, int] = {}
         self.targets: list[tuple[str, Instruction]] = []
@@ -291,6 +372,10 @@ class _KernelParser:
             if symbol in self.k.local or self._shared_symbol(symbol):
                 raise _err(line, f".local {symbol} is declared twice", text)
             self.k.local[symbol] = size
+        elif name == "param":       # a call's arguments: what NVRTC emits for printf, assert, a non-inlined call
+            raise _err(line, "function calls are not supported (this .param holds a call's argument: printf's "
+                             "vprintf, assert's __assertfail or a __noinline__ device function; the machine runs "
+                             "one kernel body, and has no console for printf)", text)
         elif name in _UNSUPPORTED_DECL:
             raise _err(line, f".{name} declarations are not supported", text)
         else:
@@ -349,8 +434,7 @@ class _KernelParser:
             return Imm(LANES)
         if s[0] in "!|" or "|" in s:
             raise _err(line, f"operand {s!r} is not supported", text)
-        if s in self.module_data:
-            raise _err(line, f"{s} is module-scope data ({self.module_data[s]})", text)
+        self._check_data(s, line, text)
         if _SYMBOL.match(s):
             return Label(s)
         single = _FLOAT32.match(s)
@@ -372,21 +456,28 @@ class _KernelParser:
             return Mem(self.reg(m.group(1), line, text), off)
         if self._shared_symbol(m.group(1)) or m.group(1) in self.k.local:
             return Mem(m.group(1), off)
-        if m.group(1) in self.module_data:
-            raise _err(line, f"{m.group(1)} is module-scope data ({self.module_data[m.group(1)]})", text)
+        self._check_data(m.group(1), line, text)
         if m.group(1) not in {p.name for p in self.k.params}:
             raise _err(line, f"unknown symbol {m.group(1)} (only parameters and .shared arrays can be addressed)",
                        text)
         return Mem(m.group(1), off)
 
     def _shared_symbol(self, name: str) -> bool:
-        """Whether ``name`` is a .shared array in scope (a module-scope one is recorded as used by this kernel)."""
-        if name in self.k.shared:
+        """Whether ``name`` is a .shared array in scope or a module's variable (a module-scope one is recorded as
+        used by this kernel)."""
+        if name in self.k.shared or name in self.k.variables:
             return True
         if name in self.module_shared:
             self.k.shared[name] = self.module_shared[name]
             return True
+        if name in self.module_variables:
+            self.k.variables[name] = self.module_variables[name]
+            return True
         return False
+
+    def _check_data(self, name: str, line: int, text: str) -> None:
+        if name in self.refused_data:
+            raise _err(line, f"{name} is module-scope data outside the subset ({self.refused_data[name]})", text)
 
     def instruction(self, line: int, text: str) -> None:
         guard, negated, rest = None, False, text
@@ -510,11 +601,21 @@ def parse(text: str, strict: bool = True) -> Module:
     kernels: dict[str, Kernel] = {}
     shared: dict[str, int] = {}
     refused: dict[str, PTXError] = {}
-    data_symbols: dict[str, PTXError] = {}      # parse(strict=False): module data skipped, and why
+    variables: dict[str, Variable] = {}
+    refused_data: dict[str, PTXError] = {}      # parse(strict=False): module data outside the subset, and why
+    initializer = None      # (line, declaration) of a variable whose { ... } list comes next
     kp: _KernelParser | None = None
     skipping = 0            # depth inside a device function's body: skipped (a call to it is refused when lowered)
     broken = None           # (kernel, error) of a refused kernel whose body is being skipped
     for line, stmt, term in _chunks(_strip_comments(text)):
+        if initializer is not None:
+            (at, declaration), initializer = initializer, None
+            if term == "}":
+                _declare(variables, refused_data, at, declaration, stmt, strict)
+                continue
+            _declare(variables, refused_data, at, declaration, "{", strict)     # refused: a nested list
+            skipping = 1 + (term == "{")
+            continue
         if skipping:
             skipping += (term == "{") - (term == "}")
             if not skipping and broken:
@@ -539,25 +640,20 @@ def parse(text: str, strict: bool = True) -> Module:
                         raise _err(line, f".address_size {arg} is not supported (only 64)", stmt)
                     address_size = 64
                 continue        # .file: source names for debug info
-            data = re.match(r"\.(global|const)\s", stmt)
+            data = re.match(r"(?:\.visible\s+)?\.(global|const)\s", stmt)
             if data and term in ("{", ";") and "__nv_atomic_triv_cp_helper" not in stmt:
-                # __device__ / __constant__ variables, printf's format strings, assert's messages: module data the
-                # machine has no place for. A kernel that names it is refused (parse(strict=False) keeps the rest).
-                name = stmt.split("=", 1)[0].split()[-1].split("[", 1)[0]
-                error = _err(line, f"module-scope .{data.group(1)} data {name} is not supported (the machine keeps "
-                                   "no data outside a kernel's arguments and __shared__ arrays: __device__ and "
-                                   "__constant__ variables, printf's format strings and assert's messages are such "
-                                   "data)", stmt)
-                if strict:
-                    raise error
-                data_symbols[name] = error
-                skipping = 1 if term == "{" else 0          # an initializer's { ... }
+                # __device__ / __constant__ variables (printf's format strings and assert's messages too): kept with
+                # their initial bytes; a list initializer's { ... } is the next statement.
+                if term == "{":
+                    initializer = (line, stmt)
+                    continue
+                _declare(variables, refused_data, line, stmt, None, strict)
                 continue
             if term == "{":
                 if version is None:
                     raise _err(line, "a kernel before the .version directive", stmt)
                 try:
-                    kp = _KernelParser(_parse_header(line, stmt), line, shared, data_symbols)
+                    kp = _KernelParser(_parse_header(line, stmt), line, shared, variables, refused_data)
                 except PTXError as e:
                     named = re.search(r"\.entry\s+(" + _IDENT + ")", stmt)
                     if strict or not named:
@@ -622,7 +718,7 @@ def parse(text: str, strict: bool = True) -> Module:
         raise PTXError("line 1: missing .target directive: " + repr(text[:40]))
     if address_size is None:
         raise PTXError("line 1: missing .address_size 64 directive: " + repr(text[:40]))
-    return Module(version, target, address_size, kernels, shared, refused)
+    return Module(version, target, address_size, kernels, shared, refused, variables)
 
 
 def _body_statement(kp: _KernelParser, line: int, stmt: str, term: str | None) -> bool:

@@ -291,9 +291,10 @@ class Specializer:
     """The lowered programs of one PTX kernel, one traced lowering per launch shape (thread count, grid, shared
     bytes, and the decisions its arguments lead to), at most ``limit`` of them (least recently used dropped)."""
 
-    def __init__(self, kernel, limit: int = 64):
+    def __init__(self, kernel, limit: int = 64, variables: dict[str, int] | None = None):
         self.kernel = kernel
         self.limit = limit
+        self.variables = variables or {}        # __device__ / __constant__ variable -> its word (fixed at load)
         self.templates: OrderedDict = OrderedDict()     # (threads, block, blocks, shared, n) -> [Template]
         self.lowered = 0                                # traced lowerings run (for tests and benchmarks)
 
@@ -325,7 +326,7 @@ class Specializer:
         _state.decisions = decisions = []
         try:
             program = lower(self.kernel, traced_args, threads, block=block, blocks=blocks, shared=shared,
-                            shape=block_shape, grid=grid_shape)
+                            shape=block_shape, grid=grid_shape, variables=self.variables)
         finally:
             _state.decisions = None
         self.lowered += 1

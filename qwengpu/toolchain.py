@@ -24,6 +24,10 @@ from pathlib import Path
 from .isa import MachineError
 
 ARCH = "compute_90"
+# Stand-ins for the C library and CUDA runtime headers a kernel file includes (<cstdio>, <stdint.h>, <climits>,
+# <cuda_runtime.h>, ...): NVRTC ships none, and its built-ins already declare the device side (printf, math
+# functions, threadIdx); these add the types and macros.
+INCLUDE = Path(__file__).parent / "include"
 
 
 class CompileError(MachineError):
@@ -76,6 +80,16 @@ def _load():
     raise NVRTCUnavailable(_lib_error)
 
 
+def _host_code_hint(source: str) -> str:
+    """What to do when the failure is host code in the file (NVRTC, like CuPy's RawKernel, compiles kernels)."""
+    if "<<<" not in source and not any(f in source for f in ("cudaMalloc", "cudaMemcpy", "int main(")):
+        return ""
+    return ("\nThis looks like host code (main, cudaMalloc / cudaMemcpy, a <<<...>>> launch): qwengpu compiles the "
+            "kernels of a file, not a host program. Keep the __global__ functions and the __device__ functions they "
+            "call, and do the host's part with qwengpu.Device: alloc / write for cudaMalloc / cudaMemcpy, "
+            "launch(kernel, threads=, blocks=, args=) for <<<blocks, threads>>>, read to copy back.")
+
+
 def nvrtc_available() -> bool:
     """True when NVRTC can be loaded in this process."""
     try:
@@ -104,7 +118,8 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
            "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"--fmad=false"]
+        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"--fmad=false",
+                f"--include-path={INCLUDE}".encode()]
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc != 0:
@@ -113,7 +128,7 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
             log = ctypes.create_string_buffer(size.value)
             lib.nvrtcGetProgramLog(prog, log)
             raise CompileError(f"NVRTC failed to compile {name} ({lib.nvrtcGetErrorString(rc).decode()}):\n"
-                               f"{log.value.decode(errors='replace')}")
+                               f"{log.value.decode(errors='replace')}{_host_code_hint(source)}")
         size = ctypes.c_size_t()
         _check(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
         buf = ctypes.create_string_buffer(size.value)

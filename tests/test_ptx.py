@@ -201,7 +201,8 @@ def _body(lines: str) -> str:
     (_body("\tld.global.u32 %r1, [other_param_0];"), 10, "unknown symbol other_param_0"),
     (_body("{\n\t.reg .b32 %s<2>;\n\tmov.u32 %s1, 1;\n}\n\tmov.u32 %r1, %s1;"), 14, "%s1 is not declared"),
     (_body("$L__A:\n$L__A:"), 11, "defined twice"),
-    (HEADER + "\n.global .align 4 .b32 counter;\n", 5, "not supported"),
+    (HEADER + "\n.global .align 8 .u64 where = generic(counter);\n", 5, "generic(counter) of where is not a number"),
+    (HEADER + "\n.extern .global .align 4 .b32 counter;\n", 5, "module-scope declarations are not supported"),
     (HEADER + "\n.extern .shared .align 4 .b8 smem[4];\n", 5, "not supported"),   # extern arrays have no size
     (HEADER + "\n.visible .entry k(\n\t.param .align 4 .u32 k_param_0[2]\n)\n{\n\tret;\n}\n", 5,
      "scalar parameters and structs passed by value"),
@@ -229,19 +230,24 @@ def test_missing_version():
 
 
 @needs_nvrtc
-def test_module_data_refuses_only_the_kernels_that_name_it():
-    """A __device__ variable and printf's format string are module data the machine has no place for: the lenient
-    parse (what Device.load_kernel uses) skips them and refuses the kernels that use them, naming why; a kernel of
-    the same source that uses none loads. The strict parse refuses the module at the declaration."""
+def test_module_data_outside_the_subset_refuses_only_the_kernels_that_name_it():
+    """__device__ variables are kept with their initial bytes, by the kernels that name them; module data the machine
+    cannot keep (an address as an initializer) refuses the kernels that name it, and printf's call refuses its
+    kernel, in the lenient parse (what Device.load_kernel uses); the rest load. The strict parse raises."""
     source = ('__device__ int counter;\n'
+              '__device__ int *where = &counter;\n'
               'extern "C" __global__ void uses(int *y) { y[threadIdx.x] = counter; }\n'
+              'extern "C" __global__ void points(int *y) { y[threadIdx.x] = *where; }\n'
               'extern "C" __global__ void prints(int *y) { printf("%d", threadIdx.x); }\n'
               'extern "C" __global__ void plain(int *y) { y[threadIdx.x] = 1; }\n')
     module = parse(toolchain.ptx_for(source), strict=False)
-    assert sorted(module.kernels) == ["plain"] and sorted(module.refused) == ["prints", "uses"]
-    assert "counter is module-scope data" in str(module.refused["uses"])
-    assert "$str is module-scope data" in str(module.refused["prints"])     # printf's format string
-    with pytest.raises(PTXError, match="module-scope .global data counter is not supported"):
+    assert sorted(module.kernels) == ["plain", "uses"] and sorted(module.refused) == ["points", "prints"]
+    assert module.kernels["uses"].variables == {"counter": module.variables["counter"]}
+    assert module.kernels["plain"].variables == {}
+    assert "where is module-scope data outside the subset" in str(module.refused["points"])
+    assert "generic(counter) of where is not a number" in str(module.refused["points"])
+    assert "function calls are not supported" in str(module.refused["prints"])
+    with pytest.raises(PTXError, match="generic.counter. of where is not a number"):
         parse(toolchain.ptx_for(source))
 
 

@@ -113,3 +113,75 @@ def test_ptx_for_falls_back_to_checked_in_ptx(monkeypatch, tmp_path):
 def test_clang_compiles_prim():
     ptx = toolchain.compile_with_clang(ROOT / "qccl/kernels/prim.cu")
     assert ".entry prim(" in ptx
+
+
+# The C library's constants a kernel file uses, as the host's headers define them (gcc's <limits.h>, <float.h>,
+# <stdint.h>, <math.h>): what the machine writes through qwengpu/include's stand-ins must be the same words.
+INTS = ["INT_MAX", "INT_MIN", "UINT_MAX", "SHRT_MIN", "USHRT_MAX", "SCHAR_MIN", "UCHAR_MAX", "CHAR_BIT", "INT8_MIN",
+        "UINT16_MAX", "INT32_MIN", "UINT32_MAX", "(int)sizeof(int64_t)", "(int)sizeof(uintptr_t)", "(int)sizeof(long)",
+        "FLT_MANT_DIG", "(int)(LLONG_MAX >> 40)", "(int)(UINT64_MAX >> 33)"]
+FLOATS = ["FLT_MAX", "FLT_MIN", "FLT_EPSILON", "FLT_TRUE_MIN", "INFINITY", "-INFINITY", "(float)M_PI",
+          "(float)M_SQRT2", "(float)M_E"]
+CONSTANTS = [("int", c) for c in INTS] + [("float", c) for c in FLOATS]
+
+
+@needs_nvrtc
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc (the reference for the C library's constants) is absent")
+def test_standard_headers_a_kernel_includes_give_the_host_s_values(tmp_path):
+    """#include <cstdio>, <cstdint>, <climits>, <cfloat>, <cmath>, <cassert>, <cuda_runtime.h> compile (NVRTC ships
+    no headers: qwengpu/include stands in), and each constant's word equals what gcc's headers make of it."""
+    import subprocess
+
+    import numpy as np
+
+    from qwengpu.device import Device
+    stores = "\n".join(f"    {{ {kind} v = {c}; memcpy(&y[{i}], &v, 4); }}" for i, (kind, c) in enumerate(CONSTANTS))
+    body = f"void constants(unsigned *y) {{\n{stores}\n}}\n"
+    includes = "".join(f"#include <{h}>\n" for h in ("cstdio", "cstdint", "climits", "cfloat", "cmath", "cassert",
+                                                     "cuda_runtime.h", "stdint.h", "limits.h", "float.h", "math.h"))
+    kernel = includes + 'extern "C" __global__ ' + body
+    dev = Device()
+    y = dev.alloc(len(CONSTANTS))
+    dev.launch(dev.load_kernel(kernel, "constants"), threads=1, args=[y])
+    c_source = tmp_path / "constants.c"
+    c_source.write_text("#define _GNU_SOURCE\n#include <stdio.h>\n#include <string.h>\n#include <stdint.h>\n"
+                        "#include <limits.h>\n#include <float.h>\n#include <math.h>\n" + body +
+                        f"int main(void) {{ unsigned y[{len(CONSTANTS)}]; constants(y);\n"
+                        f"  for (int i = 0; i < {len(CONSTANTS)}; i++) printf(\"%u\\n\", y[i]); return 0; }}\n")
+    subprocess.run(["gcc", "-o", str(tmp_path / "constants"), str(c_source), "-lm"], check=True, timeout=120)
+    host = subprocess.run([str(tmp_path / "constants")], check=True, capture_output=True, text=True).stdout.split()
+    machine = dev.read(y, len(CONSTANTS)).view(np.uint32)
+    assert len(host) == len(CONSTANTS)
+    assert {c: int(w) for (_, c), w in zip(CONSTANTS, machine)} == {c: int(w) for (_, c), w in zip(CONSTANTS, host)}
+
+
+@needs_nvrtc
+def test_host_code_in_a_kernel_file_is_refused_with_what_to_do_instead():
+    """NVRTC compiles kernels, not a host program: the error keeps NVRTC's log and says what replaces main's part."""
+    with pytest.raises(CompileError, match=r"(?s)cudaMalloc\" is undefined.*looks like host code.*Device: alloc"):
+        compile_cuda("#include <cuda_runtime.h>\n" + VADD +
+                     "\nint main() { int *d; cudaMalloc(&d, 16); vadd<<<1, 4>>>(d, d, d, 4); return 0; }\n")
+
+
+@needs_nvrtc
+def test_a_cxx_kernel_loads_by_its_source_name():
+    """A __global__ function without extern "C" is the entry of its mangled name; load_kernel takes the source name
+    (and the mangled one); an overloaded or template name is refused naming the candidates."""
+    import numpy as np
+
+    from qwengpu.device import Device
+    src = ("__global__ void k(int *y) { y[threadIdx.x] = 1; }\n"
+           "__global__ void kk(int *y, int v) { y[threadIdx.x] = v; }\n"
+           "template <typename T> __global__ void fill(T *y, T v) { y[threadIdx.x] = v; }\n"
+           "template __global__ void fill<int>(int *, int);\n"
+           "template __global__ void fill<unsigned>(unsigned *, unsigned);\n")
+    dev = Device()
+    y = dev.alloc(4)
+    dev.launch(dev.load_kernel(src, "kk"), threads=4, args=[y, 7])
+    np.testing.assert_array_equal(dev.read(y, 4), [7] * 4)
+    dev.launch(dev.load_kernel(src, "k"), threads=4, args=[y])
+    np.testing.assert_array_equal(dev.read(y, 4), [1] * 4)
+    dev.launch(dev.load_kernel(src, "_Z4fillIiEvPT_S0_"), threads=4, args=[y, -2])
+    np.testing.assert_array_equal(dev.read(y, 4), [-2] * 4)
+    with pytest.raises(Exception, match=r"'fill' is overloaded or a template .*_Z4fillIiEvPT_S0_, _Z4fillIjEvPT_S0_"):
+        dev.load_kernel(src, "fill")

@@ -173,18 +173,32 @@ def local_layout(kernel, threads: int, shared_words: int, symbols: dict) -> int:
     return words
 
 
+def variable_layout(kernel, placed: dict[str, int]) -> dict[str, int]:
+    """The kernel's ``__device__`` / ``__constant__`` variables at the words the device gave them (``placed``:
+    name -> word address, ``Device.load_kernel``): name -> byte address."""
+    used = getattr(kernel, "variables", {})
+    missing = [name for name in used if name not in placed]
+    if missing:
+        raise MachineError(f"kernel {kernel.name} uses the module variables {', '.join(missing)}, which have no "
+                           "words in device memory: load it with Device.load_kernel, which places them")
+    return {name: 4 * placed[name] for name in used}
+
+
 def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1, shared: int = 0,
-          shape: tuple[int, int, int] | None = None, grid: tuple[int, int, int] | None = None) -> Program:
+          shape: tuple[int, int, int] | None = None, grid: tuple[int, int, int] | None = None,
+          variables: dict[str, int] | None = None) -> Program:
     """Lower a parsed PTX kernel for a launch with these argument values, this many threads per block, as block
     ``block`` of a grid of ``blocks``, with ``shared`` bytes of dynamic shared memory (``extern __shared__``).
     ``shape`` / ``grid``: the block's and the grid's (x, y, z) sizes where they have more than one dimension
-    (their products are ``threads`` and ``blocks``; ``block`` is the linear index, x fastest).
+    (their products are ``threads`` and ``blocks``; ``block`` is the linear index, x fastest). ``variables``: the
+    word address of each ``__device__`` / ``__constant__`` variable the kernel names (the device places them).
 
     A block's __shared__ arrays and (with more than one warp) its barrier state take the top words of memory
     (``Program.reserved``; qwengpu.lowering.barriers)."""
     kernel = as_integers(kernel)
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
+    symbols.update(variable_layout(kernel, variables or {}))
     shared_words += local_words * threads
     context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols, shape, grid, kernel.registers)
     kernel = merge_latches(layout(kernel))

@@ -19,9 +19,9 @@ class MemoryOps:
 
     def _check_global(self) -> None:
         inst = self.inst
-        if not {"global", "shared", "local", "volatile"} & set(inst.modifiers):
+        if not {"global", "const", "shared", "local", "volatile"} & set(inst.modifiers):
             raise MachineError(f"line {inst.line}: only global memory exists on this machine (with the __shared__ "
-                               f"and .local arrays placed in its words): {inst.text}")
+                               f"and .local arrays and __constant__ variables placed in its words): {inst.text}")
         if width(inst) not in (8, 16, 32):
             raise MachineError(f"line {inst.line}: memory words are 32 bits; a {width(inst)}-bit access is not "
                                f"supported: {inst.text}")

@@ -1,0 +1,3 @@
+/* qwengpu's stand-in for <cuda_runtime.h> under NVRTC: threadIdx, __syncthreads, atomics and the rest of the
+ * device side are its built-ins; the host side (cudaMalloc, <<<...>>>) is qwengpu.Device's (alloc, write, launch). */
+#pragma once
