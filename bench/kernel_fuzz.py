@@ -679,7 +679,8 @@ def main(argv=None) -> int:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds a program may take to lower and run (in a forked child) before it is counted "
                              "an internal error; 0 runs each in this process without a limit (the default, but 60 "
-                             "with --arith, whose divisions and roots of launch-uniform values can hang the lowering)")
+                             "with --arith: long float programs are where a hang in the lowering would show; the specializer's "
+                             "exponential trace of divisions of launch arguments was one)")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,

@@ -400,7 +400,7 @@ class Device:
             self._feed_all(T.write_record(address, 0), T.HOST)
         warps = [(base, min(LANES, threads - base)) for base in range(0, threads, LANES)]
         self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0, "parks": [],
-                        "waits": [], "overlay": 0}
+                        "waits": [], "overlay": 0, "barrier": 0}
         self.stats["launches"] += 1
         self._next_warp()
 
@@ -431,17 +431,22 @@ class Device:
         overlays in a fixed order; the resume point is in the machine's words."""
         launch = self._launch
         program = launch["program"]
-        how = program.parks(launch["overlay"], block)
+        how = program.parking(launch["overlay"], block)
         if how is not None:
             launch[how].append(launch["warp"])
+            if how == "waits":              # the overlay that holds the barrier (every warp waits at the same one)
+                launch["barrier"] = launch["overlay"]
         if launch["warps"]:
             return
         if launch["parks"]:                 # warps that left their overlay: the next overlay, in a new round
             launch["warps"], launch["parks"] = launch["parks"], []
             launch["overlay"] = (launch["overlay"] + 1) % len(program.overlays)
             self._load_rom(program.rom(launch["overlay"]))
-        else:                               # every warp at a barrier or finished: the barrier's warps go on
-            launch["warps"], launch["waits"] = launch["waits"], []
+        else:                               # every warp at a barrier or finished: the barrier's warps go on, on the
+            launch["warps"], launch["waits"] = launch["waits"], []        # barrier's overlay (rounds may have moved on)
+            if launch["warps"] and launch["overlay"] != launch["barrier"]:
+                launch["overlay"] = launch["barrier"]
+                self._load_rom(program.rom(launch["overlay"]))
 
     def _check_supported(self, kernel: Kernel, program: Program) -> None:
         """A compiled circuit computes a subset of the ALU: refuse a program outside it before anything is fed."""

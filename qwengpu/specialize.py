@@ -282,8 +282,6 @@ class Template:
         return dataclasses.replace(self.traced, blocks=blocks, listing=listing,
                                    reserved=_fill(self.traced.reserved, args),
                                    cleared=_fill(self.traced.cleared, args),
-                                   barrier_exits=_fill(self.traced.barrier_exits, args),
-                                   waits=_fill(self.traced.waits, args),
                                    registers=int(_fill(self.traced.registers, args)))
 
 

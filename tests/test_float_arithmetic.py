@@ -363,6 +363,16 @@ def test_square_root_and_reciprocal_of_edge_values_and_random_floats(op):
     check(op, U32(0x3F000000) + rng.integers(0, 1 << 24, 20000).astype(U32))    # [0.5, 2): both exponent parities
 
 
+@pytest.mark.parametrize("op", UNARY)
+def test_a_literal_operand_of_a_root_or_reciprocal(op):
+    """sqrt.rn / rcp.rn of a literal NVRTC left unfolded (as hand-written PTX may): integer ops on literals, which
+    the evaluator (and the lowering's constant propagation) settle to numpy's result, edge values included."""
+    for literal in EDGE + [0x40800000, 0x40000000, 0xC0800000, 0x00000003]:
+        body = [Instruction(OPCODES[op], (Reg("%f3"), Imm(literal)), None, False, 3, "x")]
+        kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32"}))
+        assert evaluate(kernel.body, {}, 1)["%f3"][0] == reference(op, np.array([literal], U32))[0], hex(literal)
+
+
 def test_special_quotients_and_roots():
     inf, ninf = 0x7F800000, 0xFF800000
     a = np.array([0x3F800000, 0xBF800000, 0, 0, inf, inf, 0x3F800000, 0xC0000000, 0x7FC00001, 0x3F800000, 0x80000000,

@@ -216,8 +216,8 @@ def test_barrier_expansion_parks_stores_restores_and_dispatches():
     assert first_resume.restore and first_resume.a == ("tid", 108) and first_resume.dst == "%v"
     assert dispatch[1].target_index == parks[1] + 1                   # nothing is kept across the second barrier
     program = allocate("k", fuse(out), True)
-    assert len(program.barrier_exits) == 2
-    assert all(program.blocks[i].branch == "always" for i in program.barrier_exits)
+    assert len(program.parks) == 2
+    assert all(program.blocks[i].branch == "always" for i in program.parks)
 
 
 # A loop with two backward branches to its start (a `continue`, then the loop's own latch), as nvcc writes loops with

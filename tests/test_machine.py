@@ -269,8 +269,8 @@ def test_barrier_of_one_warp_is_free_and_of_two_warps_parks():
     kernel = dev.load_kernel("qccl/kernels/prim.cu", "prim")
     args = (4 | 16, 4, 100, 0, 101, 0, 10, 20, 30, 40, 102, 0, 103, 0, 1)
     one, two = kernel.program(args, 4), kernel.program(args, 8)
-    assert not one.barrier_exits and one.reserved == (0, 0)
-    assert len(two.barrier_exits) == 1 and two.cleared[1] == 8
+    assert not one.parks and one.reserved == (0, 0)
+    assert len(two.parks) == 1 and two.cleared[1] == 8
     dev.launch(kernel, threads=8, args=list(args))
     assert dev.launch_records[-1] > 2 * len(one.blocks)
 

@@ -232,7 +232,7 @@ def test_barriers_of_several_warps_in_a_program_longer_than_the_rom(name, refere
     dev.write(x, data)
     program = kernel.program(kernel.arguments([y, x]), 8)
     overlays_of(program)
-    assert program.waits and program.waits < program.barrier_exits
+    assert program.waits and program.waits < program.parks
     dev.launch(kernel, threads=8, args=[y, x])
     assert list(dev.read(y, 8).astype(np.uint32)) == reference([int(v) for v in data])
 
@@ -246,3 +246,53 @@ def test_the_overlay_state_words_are_kept_from_allocations():
     dev.alloc(4, at=first)
     with pytest.raises(MachineError, match=rf"words {first}\.\.{first + count - 1}"):
         dev.launch(kernel, threads=4, args=[0, 4, 2])
+
+
+# A loop whose first trip reads %r2 before any op wrote it (the machine's registers start at 0), with float adds
+# enough to cut it into overlays: the value kept across each cut must be that 0 on the first trip, not what the
+# register's slot held from an earlier launch or another register.
+UNWRITTEN = r'''
+.version 9.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1)
+{
+    .reg .pred %p<3>;
+    .reg .f32 %f<5>;
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd1, [k_param_0];
+    ld.param.u64 %rd2, [k_param_1];
+    cvta.to.global.u64 %rd3, %rd1;
+    cvta.to.global.u64 %rd4, %rd2;
+    ld.global.u32 %r1, [%rd4];
+    ld.global.f32 %f1, [%rd4+4];
+    ld.global.f32 %f2, [%rd4+8];
+    mov.u32 %r3, 0;
+$LOOP:
+    add.rn.f32 %f1, %f1, %f2;
+    add.rn.f32 %f1, %f1, %f2;
+    st.global.u32 [%rd3], %r2;
+    add.s32 %r2, %r3, 7;
+    add.s32 %r3, %r3, 1;
+    setp.lt.u32 %p1, %r3, %r1;
+    @%p1 bra $LOOP;
+    st.global.f32 [%rd3+4], %f1;
+    ret;
+}
+'''
+
+
+def test_a_register_not_yet_written_is_zero_across_cuts_whatever_its_slot_held():
+    """out[0] is the %r2 of the last trip: 0 for one trip (unwritten), 7 + trips - 2 otherwise; a launch of 3 trips
+    first leaves 8 in %r2's slot, which the next launches of 1 trip must not read back."""
+    dev = Device()
+    kernel = dev.load_kernel(UNWRITTEN, "k")
+    out, x = dev.alloc(2), dev.alloc(3)
+    assert len(kernel.program(kernel.arguments([out, x]), 1).overlays) > 2
+    for trips in (3, 1, 4, 1):
+        dev.write(x, np.array([trips, 0x3F800000, 0x3F800000], dtype=np.uint32).view(np.int32))
+        dev.write(out, [99, 99])
+        dev.launch(kernel, threads=1, args=[out, x])
+        assert dev.read(out, 1)[0] == (0 if trips == 1 else 7 + trips - 2)
+        assert dev.read(out + 1, 1).view(np.float32)[0] == np.float32(1 + 2 * trips)

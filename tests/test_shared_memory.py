@@ -160,9 +160,9 @@ def test_one_warp_needs_no_barrier_state_and_two_warps_park_at_each_barrier():
     k = kernel(dev, "tree_sum")
     out, x = dev.alloc(2), dev.alloc(16)
     one, two = k.program((out, x, 16), 4), k.program((out, x, 16), 8)
-    assert not one.barrier_exits and one.cleared == (0, 0)
+    assert not one.parks and one.cleared == (0, 0)
     assert one.reserved == (SINK - 16, 16)                 # the __shared__ array alone, at the top of memory
-    assert len(two.barrier_exits) == 2 and two.cleared == (SINK - 16 - 2 * 8, 8)
+    assert len(two.parks) == 2 and two.cleared == (SINK - 16 - 2 * 8, 8)
     assert two.reserved == (SINK - 16 - 2 * 8, 16 + 2 * 8)   # resume words and one kept register (the stride)
     dev.write(x, np.arange(16))
     dev.launch(k, threads=8, args=[out, x, 16])
@@ -254,7 +254,7 @@ def test_syncwarp_is_free_and_does_not_park():
                              "\tld.param.u64 %rd2, [k_param_0];\n\tadd.s64 %rd3, %rd2, %rd1;\n"
                              "\tst.global.u32 [%rd3], %r1;"), "k")
     out = dev.alloc(8)
-    assert not k.program((out,), 8).barrier_exits
+    assert not k.program((out,), 8).parks
     dev.launch(k, threads=8, args=[out])
     np.testing.assert_array_equal(dev.read(out, 8), np.arange(8))
 

@@ -193,8 +193,9 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     (their products are ``threads`` and ``blocks``; ``block`` is the linear index, x fastest). ``variables``: the
     word address of each ``__device__`` / ``__constant__`` variable the kernel names (the device places them).
 
-    A block's __shared__ arrays and (with more than one warp) its barrier state take the top words of memory
-    (``Program.reserved``; qwengpu.lowering.barriers)."""
+    A block's __shared__ arrays and (with more than one warp) its barrier state, or a program longer than the ROM
+    its overlay state, take the top words of memory (``Program.reserved``; qwengpu.lowering.barriers,
+    qwengpu.lowering.overlays)."""
     kernel = as_integers(kernel)
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
@@ -270,11 +271,11 @@ def _overlaid(name: str, why: str, mops: list[MOp], threads: int, shared_words: 
     blocks, listing, exits, waits, spans = [], [], set(), set(), []
     for k, part in enumerate(parts):
         spans.append((len(blocks), len(part.blocks)))
-        exits |= {len(blocks) + row for row in part.barrier_exits}
+        exits |= {len(blocks) + row for row in part.parks}
         waits |= {len(blocks) + row for row in part.waits}
         listing += [f"{line}    [overlay {k}]" for line in part.listing]
         blocks += part.blocks
     program = Program(name, blocks, max(part.registers for part in parts), barrier, listing)
-    program.barrier_exits, program.waits, program.overlays = frozenset(exits), frozenset(waits), tuple(spans)
+    program.parks, program.waits, program.overlays = frozenset(exits), frozenset(waits), tuple(spans)
     program.reserved, program.cleared = (base, words), (base, threads)
     return program

@@ -1051,6 +1051,8 @@ class _Rewriter:
         # the first step taken (its bit is always 1): x = 2 * (2 * sig - 2^24), with sig doubled for an odd e
         rest = self.op("sub.s32", self.op("shl.b32", sig, self.op("add.s32", self.op("and.b32", e, Imm(1)), Imm(2))),
                        Imm(1 << 25))
+        if isinstance(rest, Imm):       # a literal operand (sqrtf(4.0f) NVRTC did not fold): the steps update it
+            rest = self.emit("mov.b32", rest)
         root = Imm(1 << 25)                                 # s: the partial root, doubled
         if self.ROOT_LOOP:
             root = self.emit("mov.b32", root)

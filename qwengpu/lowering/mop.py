@@ -26,20 +26,20 @@ class Program:
     registers: int
     barrier: bool
     listing: list[str]
-    # Blocks of more than one warp with __shared__ arrays or __syncthreads (qwengpu.lowering.barriers): the words
-    # the block keeps its shared arrays and barrier state in (first, count), the resume words the launch zeroes
-    # before a block's first warp (first, count), and the ROM blocks where a warp parks at a barrier (it ends there
-    # and runs again, from its resume point, once every warp of the block has reached the barrier).
+    # Blocks of more than one warp with __shared__ arrays or __syncthreads (qwengpu.lowering.barriers), and
+    # programs longer than the ROM: the words the block keeps its shared arrays and barrier or overlay state in
+    # (first, count), the resume words the launch zeroes before a block's first warp (first, count), and the blocks
+    # (indices into ``blocks``) where a warp parks: it ends there and runs again from its resume point.
     reserved: tuple = (0, 0)
     cleared: tuple = (0, 0)
-    barrier_exits: frozenset = frozenset()
+    parks: frozenset = frozenset()
     # A program longer than the ROM (qwengpu.lowering.overlays): the (first block, count) of each overlay in
     # ``blocks``, whose branch targets are rows of its own; a warp that parks leaves for the next overlay. Empty when
-    # the program is one ROM's worth. ``barrier_exits`` indexes ``blocks``.
+    # the program is one ROM's worth.
     overlays: tuple = ()
-    # The parking blocks (indices into ``blocks``) of barriers: a warp that ends at one waits until every warp of the
-    # block has ended (reached the barrier, or finished), then runs again on the same overlay; a warp that ends at
-    # another parking block (it left its overlay) runs on the next overlay in the next round.
+    # The parking blocks of barriers: a warp that ends at one waits until every warp of the block has ended (reached
+    # the barrier, or finished), then runs again on the barrier's overlay; a warp that ends at another parking block
+    # (it left its overlay) runs on the next overlay in the next round.
     waits: frozenset = frozenset()
 
     def rom(self, overlay: int = 0) -> list[Block]:
@@ -51,13 +51,13 @@ class Program:
 
     def block(self, overlay: int, row: int) -> Block:
         """The block at ROM row ``row`` while overlay ``overlay`` is loaded."""
-        return self.blocks[(self.overlays[overlay][0] if self.overlays else 0) + row]
+        return self.rom(overlay)[row]
 
-    def parks(self, overlay: int, row: int) -> str | None:
+    def parking(self, overlay: int, row: int) -> str | None:
         """How a warp that ends at this row goes on: "waits" (at a barrier), "parks" (for the next overlay), or None
         (it exits)."""
         index = (self.overlays[overlay][0] if self.overlays else 0) + row
-        return "waits" if index in self.waits else "parks" if index in self.barrier_exits else None
+        return "waits" if index in self.waits else "parks" if index in self.parks else None
 
 
 @dataclass

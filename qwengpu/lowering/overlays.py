@@ -1,11 +1,12 @@
 """Programs longer than the ROM: overlays, each a program of at most 32 blocks, run one after another.
 
-The ROM holds 32 blocks, and one float32 add is about a hundred integer ops. A program that does not fit is cut
-into *overlays*: contiguous runs of the op list, each lowered on its own (fusion, registers) into at most 32 blocks.
+The ROM holds 32 blocks, and one float32 add is about 65 integer ops. A program that does not fit is cut into
+*overlays*: contiguous runs of the op list, each lowered on its own (fusion, registers) into at most 32 blocks.
 A warp leaves an overlay as it leaves a barrier (qwengpu.lowering.barriers): it stores the registers still needed
-that the overlay wrote (each kept register has a slot, a word per thread, which no other register takes while it
-is kept) and the number of the point it goes on from (its resume word), and ends in a parking block. The device runs the launch in rounds: every warp of the block on overlay 0, then the warps that
-parked on overlay 1 (its rows fed into the ROM as program tokens, as at a launch), then 2, and round again to 0,
+that the overlay wrote or did not load (each kept register has a slot, a word per thread, which no other register
+takes while it is kept) and the number of the point it goes on from (its resume word), and ends in a parking
+block. The device runs the launch in rounds: every warp of the block on overlay 0, then the warps that parked on
+overlay 1 (its rows fed into the ROM as program tokens, as at a launch), then 2, and round again to 0,
 until no warp parks. Each overlay starts with a dispatch that reads the resume word: a point in this overlay
 reloads the registers and goes on there; a point elsewhere parks again at once, state untouched. So a branch may go
 from any overlay to any other, a loop around a cut included (each trip then costs a round of ROM feeds). The device
@@ -165,10 +166,16 @@ class _Cutter:
         pending = list(self.kept[start]) if lazy else []
         straight, written_so_far, falls = lazy, set(), True
 
+        # A register kept at every entry came in from its slot (loaded, or pending: to be loaded at its first use);
+        # any other started this run at 0, a register's value until written, and its slot may hold anything (a
+        # register sharing the slot, an earlier launch), so it is stored, 0 or not.
+        loaded = set.intersection(*(set(self.kept[t]) for t in mine)) if start > 0 and mine else set()
+
         def stored(t: int) -> tuple:
             """The registers kept at t that a warp leaving from here must store: those this overlay wrote (on the
-            way so far, while the path from the first op is straight)."""
-            return tuple(r for r in self.kept[t] if r in (written_so_far if straight else written))
+            way so far, while the path from the first op is straight), and those not loaded at every entry."""
+            fresh = written_so_far if straight else written
+            return tuple(r for r in self.kept[t] if r in fresh or (r not in loaded and r not in pending))
 
         def leave(t: int, regs: tuple, waits: bool = False):
             """Keep ``regs`` (of those live at op t), t's number into the resume word, and park."""

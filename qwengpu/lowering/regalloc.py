@@ -88,7 +88,7 @@ def allocate(kernel: str, mops: list[MOp], barrier: bool, precise: bool = False)
         listing.append(f"b{i:<2} {block}    ; line {mop.line}: {mop.text}" if mop.line else f"b{i:<2} {block}")
     check_uniform_branches(kernel, mops)
     program = Program(kernel, blocks, needed, barrier, listing)
-    program.barrier_exits = frozenset(i for i, mop in enumerate(mops) if mop.parks)
+    program.parks = frozenset(i for i, mop in enumerate(mops) if mop.parks)
     program.waits = frozenset(i for i, mop in enumerate(mops) if mop.parks and mop.waits)
     return program
 
