@@ -302,12 +302,14 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
         if lo < n:
             # In the run's last share, the cut with the fewest registers live across it (the latest of those):
             # each kept register costs every warp a store and a load, and a word per thread of block memory.
-            near = [stop for stop in range(max(start + 1, lo - (lo - start) // share), lo) if good(stop)] + [lo]
-            lo = min(reversed(near), key=lambda stop: len(cutter.kept[stop]))
+            # (Tried fewest first, so only the cuts that would be taken are lowered.)
+            near = sorted(range(max(start + 1, lo - (lo - start) // share), lo + 1),
+                          key=lambda stop: (len(cutter.kept[stop]), -stop))
+            lo = next(stop for stop in near if stop == lo or good(stop))
             # A cut inside a loop that would fit an overlay of its own costs a round of the overlays every trip:
             # cut before the outermost such loop instead, so it runs from one ROM.
             for head, latch in sorted(cutter.loops()):
-                if start < head < lo <= latch and whole(head, latch + 1):
+                if start < head < lo <= latch and whole(head, latch + 1) and good(head):
                     lo = head
                     break
         bounds.append(lo)
