@@ -12,7 +12,9 @@ computes, a few hundred each, a division under a divergent branch among them. Th
 from __future__ import annotations
 
 import itertools
+import math
 import re
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ from qwengpu.ptx import Imm, Instruction, Kernel, Label, Mem, Reg
 from qwengpu.toolchain import compile_cuda
 
 CANONICAL_NAN = 0x7FFFFFFF
+SIGN_BIT = 0x80000000
 U32 = np.uint32
 
 EDGE = [0x00000000, 0x80000000,                          # zeros
@@ -350,6 +353,63 @@ def test_int_to_float():
     for kind in ("s32", "u32"):
         check(kind, values)
         check(kind, -values.view(np.int32).astype(np.int64) & 0xFFFFFFFF)
+
+
+def _rounded(q: Fraction, mode: str) -> int:
+    """The binary32 word of the exact nonzero rational q rounded by ``mode`` (rn: to nearest even, rz: toward 0,
+    rm / rp: toward minus / plus infinity): IEEE's definition on q's binade, subnormals at 2^-149, overflow to
+    infinity or to the largest finite float."""
+    sign = SIGN_BIT if q < 0 else 0
+    m = abs(q)
+    e = m.numerator.bit_length() - m.denominator.bit_length()
+    e += (Fraction(2) ** (e + 1) <= m) - (Fraction(2) ** e > m)          # 2^e <= m < 2^(e + 1)
+    unit = Fraction(2) ** (max(e, -126) - 23)
+    low, rest = divmod(m, unit)
+    up = {"rz": False, "rm": bool(sign) and rest > 0, "rp": not sign and rest > 0,
+          "rn": rest > unit / 2 or (rest == unit / 2 and low % 2 == 1)}[mode]
+    value = (low + up) * unit
+    if value >= Fraction(2) ** 128:
+        finite = mode == "rz" or (mode == "rm" and not sign) or (mode == "rp" and sign)
+        return sign | (0x7F7FFFFF if finite else 0x7F800000)
+    return sign | int(np.float32(float(value)).view(U32))        # exact: 24 bits times a power of two
+
+
+def exactly_rounded(op: str, mode: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b, a - b or a * b of float32 words, computed exactly with Python's fractions and rounded by ``mode``;
+    infinities and NaNs as IEEE (no rounding), a NaN the canonical NaN; an exact zero sum +0 (-0 toward minus
+    infinity, or when both operands are -0), a zero product the xor of the signs."""
+    out = []
+    for x, y in zip(np.asarray(a, U32).tolist(), np.asarray(b, U32).tolist()):
+        if op == "sub":
+            y ^= SIGN_BIT
+        fx, fy = (float(np.uint32(w).view(np.float32)) for w in (x, y))
+        if math.isnan(fx) or math.isnan(fy) or (op == "mul" and {abs(fx), abs(fy)} >= {0.0, math.inf}) or \
+                (op != "mul" and math.isinf(fx) and math.isinf(fy) and fx != fy):
+            out.append(CANONICAL_NAN)
+        elif math.isinf(fx) or math.isinf(fy):
+            out.append(int(np.float32(fx * fy if op == "mul" else fx + fy).view(U32)))
+        else:
+            q = Fraction(fx) * Fraction(fy) if op == "mul" else Fraction(fx) + Fraction(fy)
+            if q != 0:
+                out.append(_rounded(q, mode))
+            elif op == "mul":
+                out.append((x ^ y) & SIGN_BIT)
+            else:
+                out.append(SIGN_BIT if (x & y & SIGN_BIT) or ((x ^ y) & SIGN_BIT and mode == "rm") else 0)
+    return np.array(out, dtype=U32)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+def test_directed_roundings(op):
+    """add / sub / mul .rz, .rm, .rp (and .rn, checking the exact reference against numpy) on every pair of edge
+    values and random floats: the integer PTX against the exact result rounded as IEEE says."""
+    rng = np.random.default_rng({"add": 31, "sub": 32, "mul": 33}[op])
+    edge = np.array(EDGE, dtype=U32)
+    a = np.concatenate([np.repeat(edge, len(edge)), mixed_scale(rng, 1500), random_bits(rng, 1000)])
+    b = np.concatenate([np.tile(edge, len(edge)), mixed_scale(rng, 1500), random_bits(rng, 1000)])
+    np.testing.assert_array_equal(exactly_rounded(op, "rn", a, b), reference(op, a, b))
+    for mode in ("rz", "rm", "rp"):
+        np.testing.assert_array_equal(run(f"{op}.{mode}.f32", a, b), exactly_rounded(op, mode, a, b), err_msg=mode)
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -686,10 +746,8 @@ def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
 # ------------------------------------------------------------------------------------------------ refusals
 
 @pytest.mark.parametrize("opcode, named", [
-    ("add.rz.f32", r"rounding to nearest even \(\.rn\), without \.sat, not with \.rz"),
-    ("sub.rm.f32", r"not with \.rm"),
-    ("mul.rp.f32", r"not with \.rp"),
-    ("add.sat.f32", r"not with \.sat"),
+    ("add.sat.f32", r"runs with a rounding modifier \(\.rn, \.rz, \.rm, \.rp\) and without \.sat, not with \.sat"),
+    ("mul.rz.sat.f32", r"not with \.rz, \.sat"),
     ("add.ftz.f32", r"\.ftz flushes subnormals"),
     ("fma.rn.f32", r"needs the exact 48-bit product.*--fmad=false"),
     ("mad.f32", r"needs the exact 48-bit product.*--fmad=false"),
@@ -815,16 +873,55 @@ def test_rounding_to_nearest_launched():
     np.testing.assert_array_equal(got[2], _nearest_int(a, 0, 2 ** 32 - 1))
 
 
-def test_roundf_needs_a_rounding_toward_zero_add():
-    """NVRTC's roundf(x) is truncf(x + copysignf(0.5f, x)) with the add rounding toward zero (copysign.f32,
-    add.rz.f32, cvt.rzi.f32.f32: so 0.49999997f + 0.5f stays below 1): add.rz is not built, so roundf is refused
-    naming it."""
-    text = compile_cuda('extern "C" __global__ void r(float *y) { y[0] = roundf(y[1]); }')
-    assert "add.rz.f32" in text
-    with pytest.raises(MachineError, match=r"not with \.rz\): add\.rz\.f32"):
-        dev = Device(backend="interpreter")
-        y = dev.alloc(2)
-        dev.launch(dev.load_kernel(text, "r"), threads=1, args=[y])
+DIRECTED_CU = r"""
+extern "C" __global__ void directed(float *y, const float *a, const float *b)
+{
+    unsigned i = threadIdx.x;
+    y[i] = roundf(a[i]);                        // NVRTC: truncf(a + copysignf(0.5f, a)), the add toward zero
+    y[i + 4] = __fadd_rd(a[i], b[i]);
+    y[i + 8] = __fsub_ru(a[i], b[i]);
+    y[i + 12] = __fmul_rz(a[i], b[i]);
+}
+"""
+
+
+def _round_half_away(words: np.ndarray) -> np.ndarray:
+    """C's roundf, exactly (Python's double holds |x| + 0.5 for |x| < 2^23), a NaN the canonical one."""
+    out = []
+    for x in f32(words).tolist():
+        if np.isnan(x):
+            out.append(CANONICAL_NAN)
+        elif abs(x) >= 2 ** 23:
+            out.append(int(np.float32(x).view(U32)))
+        else:
+            out.append(int(np.float32(math.copysign(math.floor(abs(x) + 0.5), x)).view(U32)))
+    return np.array(out, dtype=U32)
+
+
+def test_roundf_and_the_directed_rounding_intrinsics_launched():
+    """roundf (its add rounds toward zero, so 0.49999997f + 0.5f stays below 1), __fadd_rd, __fsub_ru and
+    __fmul_rz on the interpreter, against C's roundf and the exact rounding of each result."""
+    text = compile_cuda(DIRECTED_CU)
+    assert "add.rz.f32" in text and "add.rm.f32" in text and "sub.rp.f32" in text and "mul.rz.f32" in text
+    dev = Device(backend="interpreter")
+    kernel = dev.load_kernel(text, "directed")
+    rng = np.random.default_rng(3)
+    a = np.concatenate([bits_of([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, -0.49999997, 8388607.5, 8388609.0, 3e9,
+                                 np.inf, -np.inf, np.nan, -0.0, 1e-40, -0.75, 3.4e38, -3.4e38, 1.0, -1.0]),
+                        mixed_scale(rng, 20)])
+    b = np.concatenate([bits_of([1e-8, -1e-8, 3.0, 0.1, -0.1, 1e-45, -1e-45, 0.5, 3e38, -3e38, 1.0, 2.0, 1.0,
+                                 0.0, 1e-40, 0.75, 3.4e38, 3.4e38, -1.0, 1.0]), mixed_scale(rng, 20)])
+    y, pa, pb = dev.alloc(16), dev.alloc(4), dev.alloc(4)
+    got = np.zeros((4, len(a)), dtype=U32)
+    for k in range(0, len(a), 4):
+        dev.write(pa, a[k:k + 4].view(np.int32))
+        dev.write(pb, b[k:k + 4].view(np.int32))
+        dev.launch(kernel, threads=4, args=[y, pa, pb])
+        got[:, k:k + 4] = dev.read(y, 16).view(U32).reshape(4, 4)
+    np.testing.assert_array_equal(got[0], _round_half_away(a))
+    np.testing.assert_array_equal(got[1], exactly_rounded("add", "rm", a, b))
+    np.testing.assert_array_equal(got[2], exactly_rounded("sub", "rp", a, b))
+    np.testing.assert_array_equal(got[3], exactly_rounded("mul", "rz", a, b))
 
 
 # ------------------------------------------------------------------------------------------------ atomicAdd on a float

@@ -22,8 +22,9 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   .f32``) shift the mantissa by the exponent, saturate and make a NaN 0, as PTX says, and ``__float2int_rn`` /
   ``__float2uint_rn`` (``cvt.rni.s32 / u32 .f32``) round the shifted-out bits to nearest even the same way (25 / 24).
 
-- ``add``, ``sub`` and ``mul`` (rounding to nearest even: ``.rn`` or no rounding modifier) and ``cvt.rn.f32.s32 /
-  u32`` (int to float) are IEEE binary32 arithmetic from integer ops, as NVIDIA's non-FTZ float unit computes it:
+- ``add``, ``sub`` and ``mul`` (rounding to nearest even: ``.rn`` or no rounding modifier; or toward zero, minus or
+  plus infinity: ``.rz`` / ``.rm`` / ``.rp``, so ``roundf``, whose NVRTC code adds with ``.rz``, and ``__fadd_rz`` /
+  ``__fmul_rd`` / ...) and ``cvt.rn.f32.s32 / u32`` (int to float) are IEEE binary32 arithmetic from integer ops, as NVIDIA's non-FTZ float unit computes it:
   subnormals in and out, overflow to infinity, x + (-x) = +0, any NaN result the canonical NaN. Straight-line code,
   branch-free, a guarded instruction where a step applies on some lanes only: about 60 of the machine's ops an add
   (qccl/kernels/fprim.cu's algorithm: align with a sticky bit, add, normalise by a binary search of the leading
@@ -44,8 +45,8 @@ The rest of float arithmetic is refused by name: ``fma`` / ``mad`` (one rounding
 compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is a mul and an add; math functions such as ``expf`` use fma
 and the approximate ex2 / lg2 / sin units themselves), the approximate ``div.approx`` / ``div.full`` /
 ``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the GPU's hardware
-approximation's; ``--use_fast_math`` emits them), other roundings (``.rz`` / ``.rm`` / ``.rp``: so ``roundf``, whose
-NVRTC code adds with ``.rz``), ``.sat``, conversions from or to 64-bit and 16-bit types (``lrintf``), other atomic
+approximation's; ``--use_fast_math`` emits them), other roundings of divisions, roots and conversions (``.rz`` /
+``.rm`` / ``.rp``), ``.sat``, conversions from or to 64-bit and 16-bit types (``lrintf``), other atomic
 operations on floats, as are float16 / bfloat16 / float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it
 for ``--use_fast_math``).
 
@@ -84,6 +85,7 @@ SMALLEST_NORMAL = 0x00800000
 SMALLEST_NORMAL_VALUE = 2.0 ** -126
 WORD = 0xFFFFFFFF
 CANONICAL_NAN = 0x7FFFFFFF      # what NVIDIA's float unit writes for a NaN result
+LARGEST = 0x7F7FFFFF            # the largest finite magnitude
 # Keys of the total order (x ^ ((x >> 31) >>> 1), signed) below and above every float: a NaN operand of max / min
 # takes one of them, so the other operand wins.
 BELOW_ALL, ABOVE_ALL = 0x80000000, 0x7FFFFFFF
@@ -704,25 +706,25 @@ class _Rewriter:
         return target
 
     def _rounding(self, inst: Instruction, operands: int) -> tuple:
-        """The destination and sources of add / sub / mul .f32 rounding to nearest even (``.rn`` or no rounding
-        modifier, PTX's default); other roundings and .sat are refused."""
+        """The rounding (``ROUNDINGS``: ``.rn``, PTX's default without a modifier, ``.rz``, ``.rm``, ``.rp``), the
+        destination and the sources of add / sub / mul .f32; .sat is refused."""
         mods = [m for m in inst.modifiers if m != "f32"]
-        if mods not in ([], ["rn"]):
+        if mods not in ([], ["rn"], ["rz"], ["rm"], ["rp"]):
             named = ", ".join(f".{m}" for m in mods)
-            raise _refuse(inst, f"the machine has no floating point: {inst.base}.f32 runs rounding to nearest even "
-                                f"(.rn), without .sat, not with {named}")
-        return self._operands(inst, operands)
+            raise _refuse(inst, f"the machine has no floating point: {inst.base}.f32 runs with a rounding modifier "
+                                f"(.rn, .rz, .rm, .rp) and without .sat, not with {named}")
+        return (mods or ["rn"])[0], *self._operands(inst, operands)
 
     def _add(self, inst: Instruction) -> None:
-        dst, (a, b) = self._rounding(inst, 2)
-        self._sum(dst, a, b)
+        mode, dst, (a, b) = self._rounding(inst, 2)
+        self._sum(dst, a, b, mode)
 
     def _sub(self, inst: Instruction) -> None:
         """a - b is a + (-b): b's sign bit flipped (a NaN's too: the result is the canonical NaN anyway)."""
-        dst, (a, b) = self._rounding(inst, 2)
-        self._sum(dst, a, self.op("xor.b32", b, Imm(SIGN)))
+        mode, dst, (a, b) = self._rounding(inst, 2)
+        self._sum(dst, a, self.op("xor.b32", b, Imm(SIGN)), mode)
 
-    def _sum(self, dst: Reg, a, b) -> None:
+    def _sum(self, dst: Reg, a, b, mode: str = "rn") -> None:
         """IEEE binary32 a + b, rounding to nearest even, subnormals kept, as NVIDIA's non-FTZ float unit: the
         algorithm of qccl/kernels/fprim.cu's float add in one sequence.
 
@@ -735,7 +737,9 @@ class _Rewriter:
         the larger magnitude's; x + (-x) is +0; an infinity or a NaN operand gives itself, inf - inf and any NaN
         the canonical NaN. The special cases are settled early in the sign word (as ``_quotient`` does), so that only
         it, the exponent and the working words are live while the sum is normalised: 1 for x + (-x) (the result is
-        then +0), 0x7fffffff for a NaN (or'ed with any magnitude, the canonical NaN)."""
+        then +0), 0x7fffffff for a NaN (or'ed with any magnitude, the canonical NaN).
+
+        ``mode``: the rounding (``_round``); toward minus infinity x + (-x) is -0, as IEEE says."""
         ab = self.op("xor.b32", a, b)
         ma, mb = self.magnitude(a), self.magnitude(b)
         big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
@@ -772,15 +776,39 @@ class _Rewriter:
                 v = self.where(below, "shl.b32", v, v, Imm(k))
             lead = self.where(below, "add.s32", lead, lead, Imm(k))
         normal = self.op("shl.b32", total, lead)
-        rounded = self._round_nearest_even(normal, 7)
+        rounded = self._round(normal, 7, mode, sign)
         # (exponent - lead) << 23 plus the rounded significand, whose hidden bit adds one to the exponent; an
         # infinite or NaN operand (its exponent field all ones) gives infinity, a NaN's sign word makes it the NaN
         infinite = self.op("setp.ge.u32", big_exp, Imm(INFINITY))
         magnitude = self.op("add.s32", self.op("sub.s32", big_exp, self.op("shl.b32", lead, Imm(23))), rounded)
-        magnitude = self.op("min.u32", magnitude, Imm(INFINITY))
+        magnitude = self.op("min.u32", magnitude, self._overflow(mode, sign))
         magnitude = self.where(infinite, "mov.b32", magnitude, Imm(INFINITY))
         self.op("or.b32", magnitude, sign, dst=dst)
-        self.where(self.op("setp.eq.u32", sign, Imm(1)), "mov.b32", dst, Imm(0))
+        self.where(self.op("setp.eq.u32", sign, Imm(1)), "mov.b32", dst, Imm(SIGN if mode == "rm" else 0))
+
+    def _round(self, x, bits: int, mode: str, sign=None):
+        """The magnitude x >> bits rounded by ``mode``: to nearest even (``rn``), toward zero (``rz``: the bits cut),
+        toward minus / plus infinity (``rm`` / ``rp``: one more where bits are cut and the result's sign, bit 31 of
+        the word ``sign``, is that infinity's). x + 2^bits must not overflow."""
+        if mode == "rn":
+            return self._round_nearest_even(x, bits)
+        truncated = self.op("shr.u32", x, Imm(bits))
+        if mode == "rz":
+            return truncated
+        inexact = self.op("setp.ne.u32", self.op("and.b32", x, Imm((1 << bits) - 1)), Imm(0))
+        toward = self.op("setp.lt.s32" if mode == "rm" else "setp.ge.s32", sign, Imm(0))
+        return self.where(self.op("and.pred", inexact, toward), "add.s32", truncated, truncated, Imm(1))
+
+    def _overflow(self, mode: str, sign=None):
+        """The largest magnitude a finite result rounds to: infinity, except toward zero, and toward the infinity
+        of the other sign (``sign``'s bit 31: the result's), where a result too large gives the largest finite
+        float 0x7f7fffff."""
+        if mode == "rn":
+            return Imm(INFINITY)
+        if mode == "rz":
+            return Imm(LARGEST)
+        toward = self.op("setp.lt.s32" if mode == "rm" else "setp.ge.s32", sign, Imm(0))
+        return self.op("selp.b32", Imm(INFINITY), Imm(LARGEST), toward)
 
     def _round_nearest_even(self, x, bits: int):
         """x >> bits rounded to nearest, ties to even (x + 2^bits must not overflow)."""
@@ -798,7 +826,7 @@ class _Rewriter:
         bit 47, more where the result is subnormal) with a sticky bit, rounded to nearest even at bit 7, and the
         exponent added to it (overflow clamped to infinity). The sign is the xor of the signs (zeros and infinities
         too); 0 * inf and a NaN operand give the canonical NaN."""
-        dst, (a, b) = self._rounding(inst, 2)
+        mode, dst, (a, b) = self._rounding(inst, 2)
         sign = self.op("and.b32", self.op("xor.b32", a, b), Imm(SIGN))
         ma, mb = self.magnitude(a), self.magnitude(b)
         big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
@@ -823,7 +851,7 @@ class _Rewriter:
                        Imm(0))
         top = self.where(lost, "or.b32", top, top, Imm(1))
         # value = top * 2^(exponents - 283)
-        magnitude = self._pack(top, exponents)
+        magnitude = self._pack(top, exponents, mode=mode, sign=sign)
         self._finish(dst, magnitude, big, small, sign)
 
     def _normalise(self, sig, exponents, adjust: str) -> tuple:
@@ -837,9 +865,9 @@ class _Rewriter:
             exponents = self.where(below, adjust, exponents, exponents, Imm(k))
         return sig, exponents
 
-    def _pack(self, top, exponents, carry: bool = True):
-        """The magnitude of the float top * 2^(exponents - 283), rounded to nearest even, subnormal or clamped to
-        infinity: top (a bit shifted out below kept as bit 0) has its leading bit at 30, or at 31 where ``carry``
+    def _pack(self, top, exponents, carry: bool = True, mode: str = "rn", sign=None):
+        """The magnitude of the float top * 2^(exponents - 283), rounded to nearest even (or by ``mode``, the
+        result's sign in ``sign``: ``_round``), subnormal or clamped to infinity (``_overflow``): top (a bit shifted out below kept as bit 0) has its leading bit at 30, or at 31 where ``carry``
         (mul's product may reach bit 47). It is shifted right to bit 30 (one more where it reached 31, more where
         the result is subnormal) with a sticky bit, rounded at bit 7, and the exponent added to it (a carry of the
         rounding runs into the exponent; overflow is clamped to infinity)."""
@@ -850,13 +878,13 @@ class _Rewriter:
         aligned = self.op("shr.u32", top, shift)
         inexact = self.op("setp.ne.u32", self.op("shl.b32", aligned, shift), top)
         aligned = self.where(inexact, "or.b32", aligned, aligned, Imm(1))
-        rounded = self._round_nearest_even(aligned, 7)
+        rounded = self._round(aligned, 7, mode, sign)
         # (biased exponent - 1) << 23 plus the rounded significand (its hidden bit adds the 1): the biased exponent
         # is exponents + carry - 126 where that is 1 or more, else 1 with no hidden bit; in both cases
         # exponents + shift - 127 is the field
         field = self.op("shl.b32", self.op("add.s32", exponents, shift), Imm(23))
         magnitude = self.op("add.s32", self.op("add.s32", field, rounded), Imm(-(127 << 23) & WORD))
-        return self.op("min.u32", magnitude, Imm(INFINITY))
+        return self.op("min.u32", magnitude, self._overflow(mode, sign))
 
     def _finish(self, dst: Reg, magnitude, big, small, sign) -> None:
         """dst = the magnitude with the sign, where big / small (the larger and the smaller of two magnitudes) are
