@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -27,6 +28,7 @@ import numpy as np
 from . import tokens as T
 from .tokenlog import TokenLog
 from .interpreter import Interpreter, Wait
+from .lowering import console
 from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
 from .lowering import Program
 from .specialize import Specializer
@@ -198,6 +200,7 @@ class Device:
         self.launch_records: list[int] = []
         self._allocations: dict[int, int] = {}
         self._variables: dict[str, dict[str, int]] = {}     # module PTX -> its placed variables' words
+        self.printed: list[str] = []            # what the kernels' printf wrote, line by line (also to stdout)
         self._rom: list[list[int] | None] = [None] * 32
         self._outbox: list[Packet] = []
         self._launch = None     # (kernel, program, warps left, records) while busy
@@ -299,7 +302,8 @@ class Device:
         if entry in module.refused:
             raise module.refused[entry]
         ptx = module.kernels[entry]
-        return Kernel(name, ptx, ptx_text, variables=self._place(name, ptx_text, ptx.variables))
+        used = console.rewrite(ptx)[0].variables        # a printf's format string takes no words of memory
+        return Kernel(name, ptx, ptx_text, variables=self._place(name, ptx_text, used))
 
     def _place(self, kernel: str, module: str, variables: dict) -> dict[str, int]:
         """Words for the ``__device__`` / ``__constant__`` variables a kernel names, written with their initial
@@ -400,7 +404,7 @@ class Device:
             self._feed_all(T.write_record(address, 0), T.HOST)
         warps = [(base, min(LANES, threads - base)) for base in range(0, threads, LANES)]
         self._launch = {"kernel": kernel, "program": program, "warps": warps, "records": 0, "parks": [],
-                        "waits": [], "overlay": 0, "barrier": 0}
+                        "waits": [], "overlay": 0, "barrier": 0, "printing": {}}
         self.stats["launches"] += 1
         self._next_warp()
 
@@ -491,6 +495,8 @@ class Device:
             if T.kind(token) != "MEM":
                 break
             stores.append(self._write_back(kernel, block, token))
+        if self._launch["program"].console:
+            self._console(stores)
         run = getattr(self.backend, "last", None)
         record = Record(kernel.name, block, [], stores, None, getattr(run, "wait", None))
         if run is None:             # a backend that shows only tokens: a spin loop is known by its block and EXEC
@@ -515,6 +521,36 @@ class Device:
         record.span = (first, len(self.tokens))
         record.log = self.tokens
         return record
+
+    def _console(self, stores: list[tuple[int, int]]) -> None:
+        """printf (qwengpu.lowering.console): a warp's stores to the console word are a call's number, then its
+        arguments, one store a printing lane in each record; once a call's arguments are in, each lane's line is
+        written (to ``printed`` and standard output), lanes in order. The host formats what the machine stored."""
+        word, formats = self._launch["program"].console
+        values = [value for address, value in stores if address == word]
+        if not values:
+            return
+        warp, printing = self._launch["warp"], self._launch["printing"]
+        if warp not in printing:
+            call = values[0]
+            if call >= len(formats) or values != [call] * len(values):
+                raise MachineError(f"kernel {self._launch['kernel'].name}: console stores {values} are not a "
+                                   f"printf's number (0..{len(formats) - 1}) on every printing lane")
+            printing[warp] = (formats[call], [[] for _ in values])
+        else:
+            lanes = printing[warp][1]
+            if len(values) != len(lanes):
+                raise MachineError(f"kernel {self._launch['kernel'].name}: a printf argument stored by "
+                                   f"{len(values)} lanes where {len(lanes)} print")
+            for args, value in zip(lanes, values):
+                args.append(value)
+        form, lanes = printing[warp]
+        if len(lanes[0]) == len(form.kinds):
+            del printing[warp]
+            for args in lanes:
+                line = form.line(args)
+                self.printed.append(line)
+                sys.stdout.write(line)
 
     def _spin_wait(self, index: int, next_token: int) -> Wait | None:
         """A record of a spin block (a load and a conditional branch back to itself) that branched back: what it

@@ -2,7 +2,8 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, calls, float immediates. ``__device__`` and ``__constant__`` variables
+machine cannot have: vector operands, calls (but printf's vprintf, the pseudo-instruction ``printf [result,] format,
+buffer`` for the lowering's console stage), float immediates. ``__device__`` and ``__constant__`` variables
 (module-scope ``.global`` / ``.const`` data) are kept as ``Variable``s with their initial bytes, in
 ``Module.variables`` and, for each kernel that names one, ``Kernel.variables``; the device gives them words when
 such a kernel loads. ``.shared`` arrays of
@@ -333,6 +334,9 @@ class _KernelParser:
         # the same name never meet.
         self.scopes: list[tuple[int, dict[str, str]]] = [(0, {})]
         self.opened = 0
+        # A call's { callseq } scope: its .param names -> the operand stored there (st.param); the call to vprintf
+        # (printf) becomes the pseudo-instruction ``printf [result,] format, arguments``.
+        self.call_params: dict[str, object] = {}
 
     def open_scope(self) -> None:
         self.opened += 1
@@ -372,10 +376,11 @@ class _KernelParser:
             if symbol in self.k.local or self._shared_symbol(symbol):
                 raise _err(line, f".local {symbol} is declared twice", text)
             self.k.local[symbol] = size
-        elif name == "param":       # a call's arguments: what NVRTC emits for printf, assert, a non-inlined call
-            raise _err(line, "function calls are not supported (this .param holds a call's argument: printf's "
-                             "vprintf, assert's __assertfail or a __noinline__ device function; the machine runs "
-                             "one kernel body, and has no console for printf)", text)
+        elif name == "param" and len(self.scopes) > 1:      # a call's argument or result, in its { callseq }
+            m = re.fullmatch(r"\.param\s+(?:\.align\s+\d+\s+)?\.[busf]\d+\s+(" + _IDENT + r")", text.strip())
+            if not m:
+                raise _err(line, "this call parameter is not supported", text)
+            self.call_params[m.group(1)] = None
         elif name in _UNSUPPORTED_DECL:
             raise _err(line, f".{name} declarations are not supported", text)
         else:
@@ -492,6 +497,8 @@ class _KernelParser:
         opcode = parts[0]
         if not _OPCODE.match(opcode):
             raise _err(line, f"bad opcode {opcode!r}", text)
+        if self._call_statement(opcode, parts[1] if len(parts) > 1 else "", guard, negated, line, text):
+            return
         texts = re.split(r",(?![^{]*\})", parts[1]) if len(parts) > 1 else []     # commas outside { } lists
         pair = None
         if texts and "|" in texts[0]:           # "d|p": a destination and a predicate destination
@@ -504,6 +511,40 @@ class _KernelParser:
             return
         ops = tuple(self.operand(s, line, text) for s in texts)
         self._append(Instruction(opcode, ops, guard, negated, line, " ".join(text.split()), pair))
+
+    def _call_statement(self, opcode: str, rest: str, guard, negated: bool, line: int, text: str) -> bool:
+        """A statement of a call sequence: ``st.param`` of an argument, the ``call``, the ``ld.param`` of its result.
+        A call of vprintf (printf) becomes ``printf format, arguments`` (with the result register first once its
+        ld.param is read); any other call is refused naming the function."""
+        base = opcode.split(".", 1)[0]
+        param = re.fullmatch(r"\[\s*(" + _IDENT + r")\s*(?:\+\s*0\s*)?\]", rest.split(",", 1)[0].strip()) \
+            if base in ("st", "ld") and ".param" in opcode else None
+        if base == "st" and param and param.group(1) in self.call_params:
+            self.call_params[param.group(1)] = self.operand(rest.split(",", 1)[1], line, text)
+            return True
+        if base == "ld" and ".param" in opcode:
+            source = re.search(r"\[\s*(" + _IDENT + r")", rest)
+            if source and source.group(1) in self.call_params:
+                call = self.k.body[-1]
+                if not (isinstance(call, Instruction) and call.base == "printf" and len(call.operands) == 2):
+                    raise _err(line, "a call's result read here is not printf's", text)
+                self.k.body[-1] = Instruction("printf", (self.operand(rest.split(",", 1)[0], line, text),)
+                                              + call.operands, call.guard, call.guard_negated, call.line, call.text)
+                return True
+        if base != "call":
+            return False
+        m = re.fullmatch(r"(?:\(\s*(" + _IDENT + r")\s*\)\s*,\s*)?(" + _IDENT + r")\s*(?:,\s*\((.*)\))?", rest.strip(),
+                         re.S)
+        callee = m.group(2) if m else rest.strip()
+        arguments = [a.strip() for a in (m.group(3) or "").split(",") if a.strip()] if m else []
+        if callee != "vprintf" or len(arguments) != 2 or any(self.call_params.get(a) is None for a in arguments):
+            what = {"vprintf": "printf", "__assertfail": "assert", "malloc": "malloc", "free": "free"}.get(callee)
+            raise _err(line, f"function calls are not supported: {callee}" + (f" ({what})" if what else "") +
+                       " (the machine runs one kernel body; printf is the one call it takes, and __device__ functions "
+                       "NVRTC inlines run)", text)
+        self._append(Instruction("printf", tuple(self.call_params[a] for a in arguments), guard, negated, line,
+                                 " ".join(text.split())))
+        return True
 
     def _append(self, ins: Instruction) -> None:
         self.targets += [(o.name, ins) for o in ins.operands if isinstance(o, Label)

@@ -2,8 +2,10 @@
 
 The stages, one module each, run in this order:
 
-0. ``floats.as_integers``        float32 moves, compares, min / max and sign changes as integer PTX (float
-                                 arithmetic is refused by name there).
+0. ``console.rewrite``           each printf as stores of its call's number and arguments to the console word
+                                 (the device prints what the machine stored).
+   ``floats.as_integers``        float32 moves, compares, arithmetic and conversions as integer PTX (what is not
+                                 built is refused by name there).
 1. ``cfg.layout``                blocks in an order the emitter walks: each loop's blocks together, every other
                                  branch forward (nvcc's bodies that place a shared exit before a loop, or interleave
                                  loops, are reordered; bodies already in order are kept as they are);
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
+from . import console
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
@@ -196,12 +199,21 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     A block's __shared__ arrays and (with more than one warp) its barrier state, or a program longer than the ROM
     its overlay state, take the top words of memory (``Program.reserved``; qwengpu.lowering.barriers,
     qwengpu.lowering.overlays)."""
+    kernel, formats = console.rewrite(kernel)
     kernel = as_integers(kernel)
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
     symbols.update(variable_layout(kernel, variables or {}))
     shared_words += local_words * threads
     context = Context(bind_arguments(kernel, args), threads, blocks, block, symbols, shape, grid, kernel.registers)
+    printing = (symbols[console.CONSOLE] // 4, formats) if formats else ()
+    program = _lowered(kernel, context, threads, shared_words, local_words)
+    program.console = printing
+    return program
+
+
+def _lowered(kernel, context: Context, threads: int, shared_words: int, local_words: int) -> Program:
+    """The machine program of an integer kernel whose memory is laid out (``lower``'s stages after the layout)."""
     kernel = merge_latches(layout(kernel))
     cfg = basic_blocks(kernel)
     states = propagate(kernel, cfg, context)

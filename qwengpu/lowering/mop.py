@@ -41,6 +41,8 @@ class Program:
     # the barrier, or finished), then runs again on the barrier's overlay; a warp that ends at another parking block
     # (it left its overlay) runs on the next overlay in the next round.
     waits: frozenset = frozenset()
+    # A kernel that calls printf (qwengpu.lowering.console): (the console word, the calls' Formats by number).
+    console: tuple = ()
 
     def rom(self, overlay: int = 0) -> list[Block]:
         """The blocks one overlay puts in the ROM (rows 0..)."""

@@ -1,0 +1,236 @@
+"""printf on the machine: each call's arguments stored, lane by lane, to a console word the device reads.
+
+NVRTC compiles ``printf("x=%d %f\\n", i, f)`` to stores of the arguments into a buffer in the thread's local memory
+(C's varargs: ints as 4 bytes, a float promoted to a double as 8, each at its alignment) and a call of vprintf with
+the format string (a module-scope ``.global`` byte array) and the buffer. The machine has no console and no 64-bit
+floats, so this stage (the lowering's first) rewrites each call as stores to a word of the block's memory, the
+console (``CONSOLE``, a 4-byte ``__shared__`` array): first the call's number, then each argument's word, under the
+call's guard, so exactly the lanes that print store, in lane order. A float argument is stored as the float32 it
+was promoted from (``cvt.f64.f32``, exact: the double holds the same number). The buffer's stores, the format's
+address and the promotion go; so do the local buffer and the format string where nothing else uses them (the device
+gives them no words).
+
+The device (``Device._console``) reads a warp's stores to the console word from its records, a call's number and
+then its arguments, and writes each lane's line with the call's ``Format``: the host formats what the machine
+stored, as a GPU's driver prints what its printf buffer holds. ``printf`` returns the number of its arguments, as
+CUDA's does.
+
+Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float, flags, widths
+and precisions (``*`` too), ``%%``; refused by name: ``%s`` and ``%p`` (the machine keeps no strings or pointers for
+the host), ``%l`` / ``%ll`` / ``%z`` / ``%j`` (64-bit), ``%a``, ``%n`` and ``%#o``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+from dataclasses import dataclass
+
+from ..isa import MachineError
+from ..ptx import Imm, Instruction, Label, Mem, Reg
+
+CONSOLE = "__console"
+_SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?(hh|h|ll|l|z|j|t|L)?([diouxXcfFeEgGaAspn%])")
+
+
+@dataclass(frozen=True)
+class Format:
+    """One printf call: its format string and what each argument word is: "int" (d, i, ``*``), "unsigned" (u, x, X,
+    o), "char" (c) or "float" (f, e, g, promoted from a float32)."""
+    text: str
+    kinds: tuple[str, ...]
+
+    def line(self, words: list[int]) -> str:
+        """The text this call prints for one lane's argument words, as C's printf formats them."""
+        out, pos, at = [], 0, 0
+        for m in _SPEC.finditer(self.text):
+            out.append(self.text[pos:m.start()])
+            pos = m.end()
+            flags, width, precision, length, conversion = m.groups()
+            if conversion == "%":
+                out.append("%")
+                continue
+            if width == "*":                # a negative * width left-justifies, as in C
+                width, at = str(_signed(words[at])), at + 1
+                if width.startswith("-"):
+                    flags, width = flags + "-", width[1:]
+            if precision == "*":            # a negative * precision is as if none was given
+                star, at = _signed(words[at]), at + 1
+                precision = str(star) if star >= 0 else None
+            word, at = words[at], at + 1
+            if conversion in "di":
+                value = _narrow(word, length, signed=True)
+            elif conversion in "ouxX":
+                value = _narrow(word, length, signed=False)
+            elif conversion == "c":
+                value = chr(word & 0xFF)
+            else:
+                value = struct.unpack("<f", word.to_bytes(4, "little"))[0]
+            spec = "%" + flags + (width or "") + ("." + precision if precision is not None else "") + conversion
+            out.append(spec % value)
+        out.append(self.text[pos:])
+        return "".join(out)
+
+
+def _signed(word: int) -> int:
+    return word - (1 << 32) if word & 0x80000000 else word
+
+
+def _narrow(word: int, length: str | None, signed: bool) -> int:
+    """The word as C's h / hh read it (an int argument converted to short / char first)."""
+    bits = {"h": 16, "hh": 8}.get(length, 32)
+    word &= (1 << bits) - 1
+    return word - (1 << bits) if signed and word >> (bits - 1) & 1 else word
+
+
+def conversions(text: str, where: str) -> list[tuple[str, int]]:
+    """The argument words a format reads, in order: (kind, bytes in the varargs buffer); refuses what the machine
+    cannot print, naming the conversion."""
+    words = []
+    for m in _SPEC.finditer(text):
+        flags, width, precision, length, conversion = m.groups()
+        if conversion == "%":
+            continue
+        if conversion in "spnaA" or length in ("l", "ll", "z", "j", "t", "L") or ("#" in flags and conversion == "o"):
+            why = {"s": "a string", "p": "a pointer", "n": "a count written back", "o": "C's alternate octal form"}.get(
+                conversion, "a hexadecimal float" if conversion in "aA" else "a 64-bit value")
+            raise MachineError(f"{where}: printf's %{(length or '') + conversion} ({why}) is not supported: the "
+                               "machine prints ints (%d %u %x %o %c, h / hh) and floats (%f %e %g)")
+        words += [("int", 4)] * ((width == "*") + (precision == "*"))
+        words.append(("int", 4) if conversion in "di" else ("unsigned", 4) if conversion in "ouxX" else
+                     ("char", 4) if conversion == "c" else ("float", 8))
+    return words
+
+
+def rewrite(kernel):
+    """The kernel with each printf (the parser's ``printf [result,] format, buffer``) as stores to the console word,
+    and the formats, one a call in the order of the calls' numbers. A kernel without printf comes back as it is."""
+    calls = [i for i, inst in enumerate(kernel.body) if isinstance(inst, Instruction) and inst.base == "printf"]
+    if not calls:
+        return kernel, ()
+    body = list(kernel.body)
+    defs = {}                       # register -> the index of the instruction that writes it (NVRTC's code is SSA)
+    for i, inst in enumerate(body):
+        if isinstance(inst, Instruction) and inst.operands and isinstance(inst.operands[0], Reg) \
+                and inst.base not in ("st", "red", "bra", "printf"):
+            defs.setdefault(inst.operands[0].name, i)
+    dropped: set[int] = set()
+    formats, replaced = [], {}
+    for number, i in enumerate(calls):
+        call = body[i]
+        where = f"kernel {kernel.name} line {call.line}"
+        *result, fmt, buffer = call.operands
+        text = _format_text(kernel, _origin(body, defs, fmt, where), where)
+        words = conversions(text, where)
+        stores = _buffer_stores(body, defs, i, *_origin(body, defs, buffer, where), where) if words else {}
+        sources, kinds, at = [], [], 0
+        for kind, size in words:
+            at = (at + size - 1) // size * size
+            store = stores.pop(at, None)
+            if store is None or _width(body[store]) != 8 * size:
+                raise MachineError(f"{where}: printf's argument at byte {at} of its buffer is not a {size}-byte "
+                                   f"store before the call ({text!r})")
+            value = body[store].operands[1]
+            if kind == "float":     # the double is a float promoted: store the float32 it came from
+                promote = defs.get(value.name) if isinstance(value, Reg) else None
+                if promote is None or body[promote].opcode != "cvt.f64.f32":
+                    raise MachineError(f"{where}: printf's %f argument is a double, not a float promoted to one "
+                                       "(the machine has no 64-bit floats)")
+                value = body[promote].operands[1]
+                dropped.add(promote)
+            sources.append(value)
+            kinds.append(kind)
+            dropped.add(store)
+            at += size
+        if stores:
+            raise MachineError(f"{where}: printf's buffer has stores at bytes {sorted(stores)} that its format "
+                               f"{text!r} does not read")
+        formats.append(Format(text, tuple(kinds)))
+        console = Mem(CONSOLE, 0)
+        new = [Instruction("st.shared.u32", (console, Imm(number)), call.guard, call.guard_negated, call.line,
+                           call.text)]
+        new += [Instruction("st.shared.b32", (console, source), call.guard, call.guard_negated, call.line,
+                            call.text) for source in sources]
+        if result:
+            new.append(Instruction("mov.b32", (result[0], Imm(len(words))), call.guard, call.guard_negated,
+                                   call.line, call.text))
+        replaced[i] = new
+    out = []
+    for i, inst in enumerate(body):
+        if i in dropped:
+            continue
+        out.extend(replaced.get(i, [inst]))
+    out = _without_dead_addresses(out)
+    named = {o.name for inst in out if isinstance(inst, Instruction) for o in inst.operands
+             if isinstance(o, Label)} | {o.base for inst in out if isinstance(inst, Instruction)
+                                          for o in inst.operands if isinstance(o, Mem) and isinstance(o.base, str)}
+    shared = dict(kernel.shared)
+    shared[CONSOLE] = 4
+    return dataclasses.replace(
+        kernel, body=out, shared=shared,
+        local={name: size for name, size in kernel.local.items() if name in named},
+        variables={name: v for name, v in kernel.variables.items() if name in named}), tuple(formats)
+
+
+def _origin(body, defs, operand, where: str) -> tuple[str, int]:
+    """The symbol and byte offset an address register holds (``mov`` of a symbol, ``cvta``, ``add`` of a
+    literal: how NVRTC addresses a string literal and the local buffer)."""
+    offset = 0
+    while isinstance(operand, Reg):
+        i = defs.get(operand.name)
+        inst = body[i] if i is not None else None
+        if inst is None or inst.base not in ("mov", "cvta", "add"):
+            break
+        if inst.base == "add":
+            if not isinstance(inst.operands[2], Imm):
+                break
+            offset += inst.operands[2].value
+        operand = inst.operands[1]
+    if not isinstance(operand, Label):
+        raise MachineError(f"{where}: printf's format and buffer must be a string literal and NVRTC's local buffer")
+    return operand.name, offset
+
+
+def _format_text(kernel, origin: tuple[str, int], where: str) -> str:
+    name, offset = origin
+    variable = kernel.variables.get(name)
+    if variable is None:
+        raise MachineError(f"{where}: printf's format {name} is not a string literal of the module")
+    return variable.initial[offset:].split(b"\0", 1)[0].decode("utf-8", errors="replace")
+
+
+def _buffer_stores(body, defs, call: int, depot: str, start: int, where: str) -> dict[int, int]:
+    """The stores into the call's buffer before it, back to the block's start: byte offset -> instruction index."""
+    stores = {}
+    i = call - 1
+    while i >= 0 and isinstance(body[i], Instruction) and body[i].base not in ("bra", "ret", "exit", "printf"):
+        inst = body[i]
+        if inst.base == "st" and "local" in inst.modifiers:
+            mem = inst.operands[0]
+            symbol, offset = _origin(body, defs, mem.base, where) if isinstance(mem.base, Reg) else (mem.base, 0)
+            if symbol == depot:
+                stores.setdefault(offset + mem.offset - start, i)
+        i -= 1
+    return stores
+
+
+def _width(inst: Instruction) -> int:
+    return int(re.sub(r"\D", "", inst.modifiers[-1]) or 0)
+
+
+def _without_dead_addresses(body: list) -> list:
+    """Drop the moves, cvta's, adds and conversions whose result nothing reads any more (the format's and the
+    buffer's addresses, the promotions), until none is left."""
+    while True:
+        read = {o.name for inst in body if isinstance(inst, Instruction) for o in inst.operands[1:]
+                if isinstance(o, Reg)}
+        read |= {o.base.name for inst in body if isinstance(inst, Instruction) for o in inst.operands
+                 if isinstance(o, Mem) and isinstance(o.base, Reg)}
+        read |= {inst.guard.name for inst in body if isinstance(inst, Instruction) and inst.guard is not None}
+        kept = [inst for inst in body if not (isinstance(inst, Instruction) and inst.base in ("mov", "cvta", "add",
+                                                                                              "cvt")
+                                              and inst.guard is None and isinstance(inst.operands[0], Reg)
+                                              and inst.operands[0].name not in read)]
+        if len(kept) == len(body):
+            return body
+        body = kept

@@ -1,0 +1,121 @@
+"""printf in kernels (qwengpu/lowering/console.py, Device._console): what the machine stores to the console word,
+formatted by the host, against the same printf calls compiled by gcc as C and run warp by warp, each call on a
+warp's lanes in lane order, as the lanes run in step. Across warps CUDA promises no order, and a program longer than
+the ROM runs its warps overlay by overlay: there the lines are compared as a whole and thread by thread."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from qwengpu import toolchain
+from qwengpu.device import Device
+from qwengpu.isa import MachineError
+from qwengpu.ptx import PTXError
+
+pytestmark = [pytest.mark.skipif(not toolchain.nvrtc_available(), reason="NVRTC (nvidia-cuda-nvrtc) is not loadable"),
+              pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc (the reference printf) is absent")]
+
+# Each call: its format and its arguments as C expressions of the thread index t (an int), n and f (a float).
+CALLS = [
+    ('"thread %d of %u: %f %x|%5.2e|%-4d|%c|%hhd|%hu%%\\n"',
+     "t, (unsigned)n, f * t, n - 7 * t, f, -7, 'A' + t, 300 + t, -1"),
+    ('"%d: %+08.3f %g %G %e %.0f %10.4g|\\n"',
+     "t, f - t, 1.0f / (t + 3), -f * 1e20f, f * 1e-40f, f + 0.5f, f * 12345.678f"),
+    ('"%d: [%*d] [%-*.*f] %o %X %i\\n"', "t, t + 2, -t, 9, t, f, t * 8 + 1, 0xBEEF0 + t, -2147483647 - 1 + t"),
+    ('"no arguments\\n"', ""),
+]
+
+
+def _kernel(calls) -> str:
+    body = "\n".join(f"    printf({fmt}{', ' + args if args else ''});" for fmt, args in calls)
+    return ('#include <cstdio>\n'
+            'extern "C" __global__ void show(int n, float f) {\n'
+            '    int t = threadIdx.x;\n'
+            '    if (t < n) {\n' + body + '\n    }\n}\n')
+
+
+def _reference(calls, threads: int, n: int, f: float, tmp_path) -> str:
+    """The calls compiled by gcc and run warp by warp, each call on the warp's threads in order."""
+    lines = "\n".join(f"            if (t < n) printf({fmt}{', ' + args if args else ''});" for fmt, args in calls)
+    loops = "\n".join(f"        for (int t = w; t < w + 4 && t < {threads}; t++) {{\n{line}\n        }}"
+                      for line in lines.splitlines())
+    source = tmp_path / "reference.c"
+    source.write_text(f"#include <stdio.h>\nint main(void) {{\n    int n = {n}; float f = {f!r}f;\n"
+                      f"    for (int w = 0; w < {threads}; w += 4) {{\n{loops}\n    }}\n    return 0;\n}}\n")
+    binary = tmp_path / "reference"
+    subprocess.run(["gcc", "-O0", "-ffp-contract=off", "-o", str(binary), str(source)], check=True, timeout=120)
+    return subprocess.run([str(binary)], check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("f", [1.5, -0.0, 3.4e38, 1e-42])
+def test_printf_of_ints_and_floats_as_gcc_prints_them(f, tmp_path, capsys):
+    """Conversions, flags, widths, precisions (``*`` too), h / hh, %c, %%, a call without arguments, two warps and a
+    thread that does not print; what the device prints is also on standard output."""
+    dev = Device()
+    kernel = dev.load_kernel(_kernel(CALLS), "show")
+    assert kernel.variables == {}                   # the format strings take no words of device memory
+    dev.launch(kernel, threads=7, args=[6, f])
+    want = _reference(CALLS, 7, 6, f, tmp_path).splitlines(keepends=True)
+    assert sorted(dev.printed) == sorted(want)
+    for t in range(6):                                                  # each thread's lines in program order
+        assert _of_thread(dev.printed, t) == _of_thread(want, t)
+    assert capsys.readouterr().out == "".join(dev.printed)
+
+
+def _of_thread(lines: list[str], t: int) -> list[str]:
+    return [line for line in lines if line.startswith((f"thread {t} ", f"{t}: "))]
+
+
+def test_printf_in_a_loop_under_divergent_branches_returns_its_argument_count(tmp_path):
+    """printf in a uniform loop, on the lanes a divergent test picks; its result is the number of its arguments."""
+    source = ('extern "C" __global__ void k(int *y, int n) {\n'
+              '    int t = threadIdx.x;\n'
+              '    for (int i = 0; i < n; i++)\n'
+              '        if ((t + i) % 3 == 0) y[t] = printf("t%d i%d %u\\n", t, i, t * i);\n}\n')
+    dev = Device()
+    y = dev.alloc(8)
+    dev.write(y, [-1] * 8)
+    dev.launch(dev.load_kernel(source, "k"), threads=8, args=[y, 4])
+    c = tmp_path / "loop.c"
+    c.write_text('#include <stdio.h>\nint main(void) {\n    for (int w = 0; w < 8; w += 4)\n'
+                 '        for (int i = 0; i < 4; i++)\n            for (int t = w; t < w + 4; t++)\n'
+                 '                if ((t + i) % 3 == 0) printf("t%d i%d %u\\n", t, i, t * i);\n    return 0;\n}\n')
+    subprocess.run(["gcc", "-o", str(tmp_path / "loop"), str(c)], check=True, timeout=120)
+    want = subprocess.run([str(tmp_path / "loop")], check=True, capture_output=True, text=True).stdout
+    want = want.splitlines(keepends=True)
+    assert sorted(dev.printed) == sorted(want)
+    for t in range(8):
+        assert [line for line in dev.printed if line.startswith(f"t{t} ")] == \
+            [line for line in want if line.startswith(f"t{t} ")]
+    np.testing.assert_array_equal(dev.read(y, 8), [3 if any((t + i) % 3 == 0 for i in range(4)) else -1
+                                                   for t in range(8)])
+
+
+def test_the_circuit_prints_what_the_interpreter_prints(capsys):
+    """The console words come out of the compiled circuit's records as out of the interpreter's."""
+    source = 'extern "C" __global__ void k(int n) { printf("%d:%x\\n", threadIdx.x, n * threadIdx.x); }'
+    printed = {}
+    for backend in ("interpreter", "circuit"):
+        dev = Device(backend=backend)
+        dev.launch(dev.load_kernel(source, "k"), threads=3, args=[0x51])
+        printed[backend] = dev.printed
+    assert printed["circuit"] == printed["interpreter"] == ["0:0\n", "1:51\n", "2:a2\n"]
+
+
+@pytest.mark.parametrize("call, named", [
+    ('printf("%s\\n", "text")', r"%s \(a string\) is not supported"),
+    ('printf("%ld\\n", (long)n)', r"%ld \(a 64-bit value\) is not supported"),
+    ('printf("%p\\n", &n)', r"%p \(a pointer\) is not supported"),
+    ('printf("%f\\n", (double)n)', r"a double, not a float promoted"),
+])
+def test_what_printf_cannot_print_is_refused_by_name(call, named):
+    dev = Device()
+    kernel = f'extern "C" __global__ void k(int n) {{ {call}; }}'
+    with pytest.raises(MachineError, match=named):
+        dev.launch(dev.load_kernel(kernel, "k"), threads=1, args=[3])
+
+
+def test_other_calls_are_refused_naming_the_function():
+    with pytest.raises(PTXError, match=r"function calls are not supported: __assertfail \(assert\)"):
+        Device().load_kernel('extern "C" __global__ void k(int n) { assert(n > 0); }', "k")
