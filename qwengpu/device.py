@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
 from .lowering import Program
 from .specialize import Specializer
 from .ptx import parse
-from .toolchain import ptx_for
+from .toolchain import compile_with_names, ptx_for
 
 MAX_THREADS = 1024
 MAX_BLOCKS = 1024
@@ -286,19 +287,35 @@ class Device:
 
     # -- kernels ---------------------------------------------------------------------------------------------------
     def load_kernel(self, source: str | Path, name: str) -> Kernel:
-        """Compile CUDA (a .cu path or source text) or read PTX (.ptx path or text) and pick kernel ``name``."""
+        """Compile CUDA (a .cu path or source text) or read PTX (.ptx path or text) and pick kernel ``name``: an
+        ``extern "C"`` kernel's name, a C++ kernel's (its one entry of that name), or for CUDA source a C++ name
+        expression, as CuPy's ``name_expressions`` take it (``"fill<float>"``, ``"ops::scale"``: the template is
+        instantiated).
+
+        >>> dev.load_kernel("template <typename T> __global__ void fill(T *y, T v) { y[threadIdx.x] = v; }",
+        ...                 "fill<float>")
+        """
         text = str(source)
+        expression = re.fullmatch(r"[A-Za-z_]\w*", name) is None      # "fill<float>", "ops::scale"
+        entries: dict[str, str] = {}        # a name expression's entry, from NVRTC
         if isinstance(source, Path) or (len(text) < 4096 and "\n" not in text and text.endswith((".cu", ".ptx"))):
             path = Path(text)
             if not path.exists():
                 raise MachineError(f"kernel source {text} does not exist")
-            ptx_text = path.read_text() if path.suffix == ".ptx" else ptx_for(path)
+            if path.suffix == ".ptx":
+                ptx_text = path.read_text()
+            elif expression:
+                ptx_text, entries = compile_with_names(path.read_text(), (name,), name=path.name)
+            else:
+                ptx_text = ptx_for(path)
         elif ".entry" in text:
             ptx_text = text
+        elif expression:
+            ptx_text, entries = compile_with_names(text, (name,))
         else:
             ptx_text = ptx_for(text)
         module = parse(ptx_text, strict=False)     # another kernel of the file outside the subset is no concern here
-        entry = _entry(module, name)
+        entry = entries.get(name) or _entry(module, name)
         if entry in module.refused:
             raise module.refused[entry]
         ptx = module.kernels[entry]
@@ -656,7 +673,8 @@ def _entry(module, name: str) -> str:
         return mangled[0]
     if mangled:
         raise MachineError(f"kernel {name!r} is overloaded or a template in the module ({', '.join(mangled)}): "
-                           "load it by its mangled name, or declare it extern \"C\"")
+                           "load it by a C++ name expression (\"k<int>\", \"k(int *)\" for an overload), by its mangled "
+                           "name, or declare it extern \"C\"")
     raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(entries)})")
 
 

@@ -40,7 +40,7 @@ class NVRTCUnavailable(RuntimeError):
 
 _lib = None                 # the loaded libnvrtc, once
 _lib_error: str | None = None
-_cache: dict[tuple[str, str, str], str] = {}
+_cache: dict[tuple, tuple[str, dict[str, str]]] = {}     # (source, name, arch, name expressions) -> PTX, entries
 
 
 def _nvrtc_dirs() -> list[Path]:
@@ -110,7 +110,23 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
     Raises CompileError with NVRTC's log on a compile error, NVRTCUnavailable when the library is missing.
     Results are cached in memory by (source, name, arch).
     """
-    key = (source, name, arch)
+    return _compile(source, name, arch, ())[0]
+
+
+def compile_with_names(source: str, expressions: tuple[str, ...], name: str = "kernel.cu",
+                       arch: str = ARCH) -> tuple[str, dict[str, str]]:
+    """``compile_cuda`` with C++ name expressions (NVRTC's nvrtcAddNameExpression, CuPy's ``name_expressions``):
+    the PTX, with each template the expressions name instantiated, and each expression's entry (its mangled
+    name)::
+
+        ptx, entries = compile_with_names(src, ("fill<float>", "ops::scale"))
+        entries["fill<float>"]          # '_Z4fillIfEvPT_S0_'
+    """
+    return _compile(source, name, arch, tuple(expressions))
+
+
+def _compile(source: str, name: str, arch: str, expressions: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    key = (source, name, arch, expressions)
     if key in _cache:
         return _cache[key]
     lib = _load()
@@ -118,6 +134,8 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
            "nvrtcCreateProgram")
     try:
+        for expression in expressions:
+            _check(lib, lib.nvrtcAddNameExpression(prog, expression.encode()), f"name expression {expression!r}")
         opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"--fmad=false",
                 f"--include-path={INCLUDE}".encode()]
         arr = (ctypes.c_char_p * len(opts))(*opts)
@@ -133,11 +151,16 @@ def compile_cuda(source: str, name: str = "kernel.cu", arch: str = ARCH) -> str:
         _check(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
         buf = ctypes.create_string_buffer(size.value)
         _check(lib, lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX")
+        entries = {}
+        for expression in expressions:
+            lowered = ctypes.c_char_p()
+            _check(lib, lib.nvrtcGetLoweredName(prog, expression.encode(), ctypes.byref(lowered)),
+                   f"the entry of {expression!r}")
+            entries[expression] = lowered.value.decode()
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    ptx = buf.value.decode()
-    _cache[key] = ptx
-    return ptx
+    _cache[key] = buf.value.decode(), entries
+    return _cache[key]
 
 
 def compile_with_nvcc(path) -> str | None:

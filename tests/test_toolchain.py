@@ -185,3 +185,30 @@ def test_a_cxx_kernel_loads_by_its_source_name():
     np.testing.assert_array_equal(dev.read(y, 4), [-2] * 4)
     with pytest.raises(Exception, match=r"'fill' is overloaded or a template .*_Z4fillIiEvPT_S0_, _Z4fillIjEvPT_S0_"):
         dev.load_kernel(src, "fill")
+
+
+@needs_nvrtc
+def test_name_expressions_instantiate_templates_and_name_namespaced_kernels():
+    """load_kernel takes a C++ name expression for CUDA source, as CuPy's name_expressions: a template that is
+    never instantiated in the source is instantiated for it; a kernel in a namespace; an overload by its type."""
+    import numpy as np
+
+    from qwengpu.device import Device
+    src = ("template <typename T> __global__ void fill(T *y, T v) { y[threadIdx.x] = v + (T)threadIdx.x; }\n"
+           "namespace ops { __global__ void scale(int *y, int k) { y[threadIdx.x] *= k; } }\n"
+           "__global__ void over(int *y) { y[0] = 1; }\n"
+           "__global__ void over(int *y, int v) { y[threadIdx.x] = v; }\n")
+    ptx, entries = toolchain.compile_with_names(src, ("fill<float>", "ops::scale"))
+    assert entries == {"fill<float>": "_Z4fillIfEvPT_S0_", "ops::scale": "_ZN3ops5scaleEPii"}
+    assert ".entry _Z4fillIfEvPT_S0_(" in ptx and "_Z4fill" not in compile_cuda(src)     # instantiated for it
+    dev = Device()
+    y = dev.alloc(4)
+    dev.launch(dev.load_kernel(src, "fill<int>"), threads=4, args=[y, 10])
+    dev.launch(dev.load_kernel(src, "ops::scale"), threads=4, args=[y, 3])
+    np.testing.assert_array_equal(dev.read(y, 4), [30, 33, 36, 39])
+    dev.launch(dev.load_kernel(src, "fill<float>"), threads=4, args=[y, 0.5])
+    np.testing.assert_array_equal(dev.read(y, 4).view(np.float32), [0.5, 1.5, 2.5, 3.5])
+    dev.launch(dev.load_kernel(src, "(void (*)(int *, int))over"), threads=4, args=[y, 6])
+    np.testing.assert_array_equal(dev.read(y, 4), [6] * 4)
+    with pytest.raises(CompileError, match='identifier "nope" is undefined'):
+        dev.load_kernel(src, "fill<nope>")
