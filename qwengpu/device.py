@@ -361,13 +361,14 @@ class Device:
         shape, grid = dim3(threads, "threads", MAX_THREADS), dim3(blocks, "blocks", MAX_BLOCKS)
         words = kernel.arguments(args)
         shared = _integer(shared, "shared (bytes of dynamic shared memory)")
-        for block in range(math.prod(grid)):
-            kernel.program(words, math.prod(shape), block, math.prod(grid), shared, **launch_geometry(shape, grid))
+        count = math.prod(grid)
+        for block in range(count):
+            kernel.program(words, math.prod(shape), block, count, shared, **launch_geometry(shape, grid))
         # A failure in a later block puts back what the earlier blocks did too: the grid is one launch.
         before = (self._backend_snapshot(), len(self.tokens), dict(self.stats), list(self._rom),
                   list(self.launch_records))
         try:
-            for block in range(math.prod(grid)):
+            for block in range(count):
                 self._run_block(kernel, shape, grid, words, max_records, block, shared)
         except Exception:
             state, length, stats, rom, launch_records = before

@@ -37,7 +37,6 @@ Example::
 """
 from __future__ import annotations
 
-
 from .. import isa
 from ..isa import MachineError
 from . import console
@@ -222,11 +221,15 @@ def _lowered(kernel, context: Context, threads: int, shared_words: int, local_wo
     slots = state_slots(mops)
     words = shared_words + slots * threads
     markers = [m.copy() for m in mops]      # the barriers still markers: overlays leave them their own way
+
+    def overlaid(why: str) -> Program:
+        """The program as overlays (``_overlaid``); ``why``: why it is not one program."""
+        return _overlaid(kernel.name, why, prune(markers), threads, shared_words, local_words, emitter.barrier)
+
     if words > isa.USABLE_WORDS:
         error = _memory_error(kernel.name, threads, shared_words, local_words, slots, "__syncthreads")
         try:        # overlays keep fewer: a register is loaded where first used and stored only if written
-            return _overlaid(kernel.name, str(error), prune(markers), threads, shared_words, local_words,
-                             emitter.barrier)
+            return overlaid(str(error))
         except MachineError:
             raise error from None
     base = isa.SINK - words
@@ -237,8 +240,7 @@ def _lowered(kernel, context: Context, threads: int, shared_words: int, local_wo
         except DoesNotFit:
             program = allocate(kernel.name, fuse(prune(mops)), emitter.barrier, precise=True)
     except DoesNotFit as error:
-        return _overlaid(kernel.name, str(error), prune(markers), threads, shared_words, local_words,
-                         emitter.barrier)
+        return overlaid(str(error))
     if words:
         program.reserved = (base, words)
     if slots:

@@ -34,7 +34,7 @@ def successors(mops: list[MOp]) -> list[list[int]]:
     succ = []
     for i, mop in enumerate(mops):
         nexts = [] if mop.branch == "always" else [i + 1] if i + 1 < len(mops) else []
-        if mop.branch != "none" and mop.target != "exit" and mop.target_index < len(mops):
+        if mop.jumps and mop.target_index < len(mops):
             nexts.append(mop.target_index)      # (a target past the last op is the end: the warp exits there)
         succ.append(nexts)
     return succ
@@ -112,7 +112,7 @@ def _masks(mop: MOp, d: str, covered) -> bool:
     Only for what a barrier or an overlay keeps (``observed_keeps(atoms=True)``): a register not kept holds 0 when
     the warp resumes, a 0/1 value. Register allocation must not use it: a register shared with another value would
     hold that value's bits on the lanes the write skipped, and ``gt_u(d, 1)`` of those can be true."""
-    if (mop.text != "lane predicate" or mop.op not in ("gt_u", "lt_u") or mop.load or mop.store is not None
+    if (not mop.lane_predicate or mop.op not in ("gt_u", "lt_u") or mop.load or mop.store is not None
             or mop.pred is not None or mop.a[1] != 0 or mop.b[1] != 0 or mop.a[0] == mop.b[0]):
         return False
     if mop.a[0] == d:                   # d and not m (gt_u), not d and m (lt_u)
@@ -132,9 +132,9 @@ def _narrows(mop: MOp, covered, atoms: bool) -> bool:
     if mop.op == "and":
         return (a, False) in covered or (b, False) in covered
     if mop.op == "gt_u":
-        return (a, False) in covered or (atoms and mop.text == "lane predicate" and (b, True) in covered)
+        return (a, False) in covered or (atoms and mop.lane_predicate and (b, True) in covered)
     if mop.op == "lt_u":
-        return (b, False) in covered or (atoms and mop.text == "lane predicate" and (a, True) in covered)
+        return (b, False) in covered or (atoms and mop.lane_predicate and (a, True) in covered)
     return False
 
 
@@ -205,8 +205,7 @@ def expand(mops: list[MOp], threads: int, base: int) -> tuple[list[MOp], int]:
         for j, reg in enumerate(kept, start=1):
             out.append(MOp("a", ("tid", base + j * threads), dst=reg, load=True, restore=True, **note))
     new_index[len(mops)] = len(out)         # a branch to the end lands on an exit
-    if resumes[-1] == len(out) or any(mop.branch != "none" and mop.target != "exit" and mop.target_index == len(mops)
-                                      for mop in mops):
+    if resumes[-1] == len(out) or any(mop.jumps and mop.target_index == len(mops) for mop in mops):
         out.append(MOp("a", branch="always", target="exit", text="exit"))
     for k, position in enumerate(resumes, start=1):
         out[position].labels.add(f"resume{k}")
@@ -214,7 +213,7 @@ def expand(mops: list[MOp], threads: int, base: int) -> tuple[list[MOp], int]:
                     text=f"__syncthreads: resume after barrier {k}") for k in range(1, len(resumes) + 1)]
     shift = len(dispatch)
     for mop in out:
-        if mop.branch != "none" and mop.target != "exit" and mop.target_index is not None:
+        if mop.jumps and mop.target_index is not None:
             if mop.target_index not in new_index:
                 raise MachineError(f"internal: branch to op {mop.target_index} outside the program")
             mop.target_index = new_index[mop.target_index] + shift

@@ -221,13 +221,14 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         if len(pred.atoms) == 2:
             op, negated = TWO_ATOMS[pred.rows]
             result = self.temp()
-            self.mops.append(MOp(op, (a, 0), (b, 0), result, text="lane predicate"))
+            self.mops.append(MOp(op, (a, 0), (b, 0), result, text="lane predicate", lane_predicate=True))
             return (result, negated)
         low = self._restrict(pred, a, False)
         high = self._restrict(pred, a, True)
         result = self.temp()
-        self.mops.append(MOp("a", self._truth_value(low), dst=result, text="lane predicate"))
-        self.mops.append(MOp("a", self._truth_value(high), dst=result, pred=(a, False), text="lane predicate"))
+        self.mops.append(MOp("a", self._truth_value(low), dst=result, text="lane predicate", lane_predicate=True))
+        self.mops.append(MOp("a", self._truth_value(high), dst=result, pred=(a, False), text="lane predicate",
+                             lane_predicate=True))
         return (result, False)
 
     def _truth_value(self, pred: Predicate) -> tuple:
@@ -238,7 +239,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         if not negated:
             return (source, 0)
         flipped = self.temp()
-        self.mops.append(MOp("eq", (source, 0), (None, 0), flipped, text="lane predicate"))
+        self.mops.append(MOp("eq", (source, 0), (None, 0), flipped, text="lane predicate", lane_predicate=True))
         return (flipped, 0)
 
     @staticmethod

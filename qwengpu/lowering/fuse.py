@@ -11,7 +11,6 @@ Example::
 """
 from __future__ import annotations
 
-
 from ..isa import MachineError
 from .barriers import live_in, successors
 from .mop import COMMUTATIVE, MIRROR, MOp

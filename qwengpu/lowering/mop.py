@@ -82,6 +82,12 @@ class MOp:
     restore: bool = False           # reads a lane's barrier state (warp-uniform where the register it restores is)
     parks: bool = False             # the block where a warp stops at a barrier (or leaves its overlay)
     waits: bool = False             # a parking block of a barrier: the warp waits there for every warp of the block
+    lane_predicate: bool = False    # computes one of the emitter's lane predicates (lowering.barriers reads it)
+
+    @property
+    def jumps(self) -> bool:
+        """Whether this op may branch to another op (``target_index``), not just fall through or exit."""
+        return self.branch != "none" and self.target != "exit"
 
     def copy(self) -> "MOp":
         """A copy the later stages may change (fusion and the overlays rewrite ops in place)."""

@@ -56,10 +56,6 @@ class Overlays:
         return self.cutter.programs(self.bounds, base)[0]
 
 
-def _jumps(mop: MOp) -> bool:
-    return mop.branch != "none" and mop.target != "exit"
-
-
 class _Layout:
     """Ops with branches to named places, resolved to indices once every place is known."""
 
@@ -99,7 +95,7 @@ class _Cutter:
     def loops(self) -> list[tuple[int, int]]:
         """(first op, op of the branch back to it) of each loop: a branch to itself or an earlier op."""
         return [(mop.target_index, i) for i, mop in enumerate(self.mops)
-                if _jumps(mop) and mop.target_index is not None and mop.target_index <= i]
+                if mop.jumps and mop.target_index <= i]
 
     @property
     def resume_word(self) -> tuple:
@@ -112,7 +108,7 @@ class _Cutter:
         found = set()
         for i, mop in enumerate(self.mops):
             here = bisect.bisect_right(bounds, i) - 1
-            if _jumps(mop) and mop.target_index < n and not bounds[here] <= mop.target_index < bounds[here + 1]:
+            if mop.jumps and mop.target_index < n and not bounds[here] <= mop.target_index < bounds[here + 1]:
                 found.add(mop.target_index)
             if i + 1 < n and (mop.barrier or (i + 1 == bounds[here + 1] and mop.branch != "always")):
                 found.add(i + 1)
@@ -135,7 +131,7 @@ class _Cutter:
         mine = [t for t in ids if start <= t < stop]
         note = dict(line=0, text="")
         inner = {m.target_index for m in self.mops[start:stop]
-                 if _jumps(m) and m.target_index is not None and start <= m.target_index < stop}
+                 if m.jumps and start <= m.target_index < stop}
         inner |= {t for t in mine if t != start}
         lazy = start > 0 and start in mine          # the first op's registers load where first used
 
@@ -186,7 +182,7 @@ class _Cutter:
 
         for i in range(start, stop):
             mop = self.mops[i].copy()
-            jumps_inside = _jumps(mop) and start <= mop.target_index < stop
+            jumps_inside = mop.jumps and start <= mop.target_index < stop
             if straight and (i in inner or jumps_inside or mop.barrier):
                 if falls:                           # the rest of the overlay may use any of them
                     for reg in pending:
@@ -203,7 +199,7 @@ class _Cutter:
             if mop.barrier:                         # every warp waits here, then goes on from the next op
                 if i + 1 < n:
                     leave(i + 1, stored(i + 1), waits=True)
-            elif _jumps(mop):
+            elif mop.jumps:
                 t = mop.target_index
                 if t >= n:
                     mop.target, mop.target_index = "exit", None      # a branch to the end: the warp exits
@@ -245,7 +241,7 @@ class _Cutter:
             taken = {self.slot[other] for other in together[reg] if other in self.slot}
             self.slot[reg] = next(k for k in range(1, len(together) + 2) if k not in taken)
         cycles = self.cycles or any(t < bounds[1] for t in targets) or any(m.barrier for m in self.mops) or any(
-            _jumps(m) and m.target_index < i and bisect.bisect_right(bounds, m.target_index)
+            m.jumps and m.target_index < i and bisect.bisect_right(bounds, m.target_index)
             != bisect.bisect_right(bounds, i) for i, m in enumerate(self.mops))
         programs = [self.overlay(a, b, ids, cycles) for a, b in zip(bounds, bounds[1:])]
         slots = 1 + max(self.slot.values(), default=0)
