@@ -6,8 +6,8 @@ wheel ships (no driver, no gcc needed; 20-50 ms per kernel). Its PTX is byte-ide
 exactly and serve as the fallback where the wheel is missing. nvcc and clang-19 are optional cross-checks.
 
 Every compiler is told not to contract ``a * b + c`` into a fused multiply-add (``--fmad=false``,
-``-ffp-contract=off``): the machine's float arithmetic (qwengpu.lowering.floats) rounds each add and multiply, as a
-numpy float32 replay does, and a fused one needs the exact product, which it does not compute.
+``-ffp-contract=off``): a kernel's ``a * b + c`` then rounds each add and multiply, as a numpy float32 replay does,
+and costs the machine (qwengpu.lowering.floats) less than a fused one; ``fmaf`` written out still runs.
 
 Command line: ``python -m qwengpu.toolchain regen FILE.cu ...`` rewrites the .ptx beside each file.
 """

@@ -412,6 +412,78 @@ def test_directed_roundings(op):
         np.testing.assert_array_equal(run(f"{op}.{mode}.f32", a, b), exactly_rounded(op, mode, a, b), err_msg=mode)
 
 
+def fused(mode: str, a, b, c) -> np.ndarray:
+    """a * b + c of float32 words, exact (Python's fractions), rounded once by ``mode``; a NaN operand, inf * 0 and
+    inf - inf the canonical NaN, an infinity otherwise exact; a zero product plus a zero -0 only where both signs
+    are negative (toward minus infinity: where either is), an exact cancellation +0 (-0 toward minus infinity)."""
+    out = []
+    for x, y, z in zip(np.asarray(a, U32).tolist(), np.asarray(b, U32).tolist(), np.asarray(c, U32).tolist()):
+        fx, fy, fz = (float(np.uint32(w).view(np.float32)) for w in (x, y, z))
+        sp, sc = (x ^ y) & SIGN_BIT, z & SIGN_BIT
+        if any(math.isnan(v) for v in (fx, fy, fz)) or {abs(fx), abs(fy)} >= {0.0, math.inf}:
+            out.append(CANONICAL_NAN)
+        elif math.isinf(fx) or math.isinf(fy):
+            out.append(CANONICAL_NAN if math.isinf(fz) and sc != sp else sp | 0x7F800000)
+        elif math.isinf(fz):
+            out.append(z)
+        elif (q := Fraction(fx) * Fraction(fy) + Fraction(fz)) != 0:
+            out.append(_rounded(q, mode))
+        elif fx == 0 or fy == 0:
+            out.append(SIGN_BIT if (sp and sc) or ((sp or sc) and mode == "rm") else 0)
+        else:
+            out.append(SIGN_BIT if mode == "rm" else 0)
+    return np.array(out, dtype=U32)
+
+
+def run_fused(opcode: str, a, b, c) -> np.ndarray:
+    body = [Instruction(opcode, (Reg("%f4"), Reg("%f1"), Reg("%f2"), Reg("%f3")), None, False, 3, "x")]
+    kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32"}))
+    n = len(a)
+    words = {"%f1": np.asarray(a, U32), "%f2": np.asarray(b, U32), "%f3": np.asarray(c, U32), "%f4": np.zeros(n, U32)}
+    return evaluate(kernel.body, words, n)["%f4"]
+
+
+@pytest.mark.parametrize("mode", ["rn", "rz", "rm", "rp"])
+def test_fused_multiply_add(mode):
+    """fma.f32 (fmaf, __fmaf_rz, ...): random triples of edge values, random floats of mixed scale and bits, and c
+    chosen to cancel the product (c = -round(a * b) and its neighbour) or to sit half an ulp of it away, against
+    the exact result rounded once."""
+    rng = np.random.default_rng({"rn": 41, "rz": 42, "rm": 43, "rp": 44}[mode])
+    edge = np.array(EDGE, dtype=U32)
+    picks = rng.integers(0, len(edge), (3, 2000))
+    a = np.concatenate([edge[picks[0]], mixed_scale(rng, 1500), random_bits(rng, 800)])
+    b = np.concatenate([edge[picks[1]], mixed_scale(rng, 1500), random_bits(rng, 800)])
+    c = np.concatenate([edge[picks[2]], mixed_scale(rng, 1500), random_bits(rng, 800)])
+    with np.errstate(all="ignore"):
+        product = (f32(a) * f32(b)).view(U32)
+    half_ulp = np.maximum(product & U32(0x7F800000), U32(25 << 23)) - U32(24 << 23)    # 2^-24 of the product
+    a, b = np.tile(a, 4), np.tile(b, 4)
+    c = np.concatenate([c, product ^ U32(SIGN_BIT), (product ^ U32(SIGN_BIT)) + U32(1),
+                        half_ulp | (rng.integers(0, 2, len(product)).astype(U32) << U32(31))])
+    np.testing.assert_array_equal(run_fused(f"fma.{mode}.f32", a, b, c), fused(mode, a, b, c))
+
+
+def test_fmaf_launched():
+    """fmaf and __fmaf_rz of words in memory on the interpreter (the 48-bit product kept whole across overlays)."""
+    dev = Device(backend="interpreter")
+    kernel = dev.load_kernel('extern "C" __global__ void f(float *y, const float *a, const float *b, const float *c)'
+                             '{ int i = threadIdx.x; y[i] = fmaf(a[i], b[i], c[i]);'
+                             ' y[i + 4] = __fmaf_rz(a[i], b[i], -c[i]); }', "f")
+    rng = np.random.default_rng(9)
+    a, b = mixed_scale(rng, 8), mixed_scale(rng, 8)
+    with np.errstate(all="ignore"):
+        c = (f32(a) * f32(b)).view(U32) ^ U32(SIGN_BIT)          # cancellations: the exact rounding error
+    c[:3] = bits_of([1.0, -3.5e-3, 0.0])
+    y, pa, pb, pc = dev.alloc(8), dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    for k in (0, 4):
+        for p, words in ((pa, a), (pb, b), (pc, c)):
+            dev.write(p, words[k:k + 4].view(np.int32))
+        dev.launch(kernel, threads=4, args=[y, pa, pb, pc])
+        got = dev.read(y, 8).view(U32)
+        np.testing.assert_array_equal(got[:4], fused("rn", a[k:k + 4], b[k:k + 4], c[k:k + 4]))
+        np.testing.assert_array_equal(got[4:], fused("rz", a[k:k + 4], b[k:k + 4], c[k:k + 4] ^ U32(SIGN_BIT)))
+
+
 @pytest.mark.parametrize("op", UNARY)
 def test_square_root_and_reciprocal_of_edge_values_and_random_floats(op):
     rng = np.random.default_rng({"rcp": 12, "sqrt": 13}[op])
@@ -749,8 +821,8 @@ def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
     ("add.sat.f32", r"runs with a rounding modifier \(\.rn, \.rz, \.rm, \.rp\) and without \.sat, not with \.sat"),
     ("mul.rz.sat.f32", r"not with \.rz, \.sat"),
     ("add.ftz.f32", r"\.ftz flushes subnormals"),
-    ("fma.rn.f32", r"needs the exact 48-bit product.*--fmad=false"),
-    ("mad.f32", r"needs the exact 48-bit product.*--fmad=false"),
+    ("mad.f32", r"mad.f32 without a rounding modifier is not a fused multiply-add of sm_20 and later"),
+    ("fma.rn.sat.f32", r"not with \.rn, \.sat"),
     ("div.approx.f32", r"a division of floats runs correctly rounded to nearest even \(\.rn.*\.approx.*hardware"),
     ("div.full.f32", r"a division of floats runs correctly rounded .*not with \.full"),
     ("div.f32", r"a division of floats runs correctly rounded .*not with no rounding modifier"),
@@ -763,7 +835,6 @@ def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
     ("cvt.rn.f32.s64", r"conversions from or to 64-bit or 16-bit types .* are not built"),
     ("cvt.rni.s64.f32", r"conversions from or to 64-bit or 16-bit types"),
     ("cvt.rmi.s32.f32", r"\.rmi / \.rpi to an int\) are not built"),
-    ("fma.rn.f32", r"expf, logf or sinf uses fma itself .*ex2 / lg2 / sin units"),
     ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
     ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),
     ("atom.add.f32", r"add \(CUDA's atomicAdd\) on \.global or \.shared memory runs"),

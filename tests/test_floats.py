@@ -319,7 +319,7 @@ def test_the_circuit_writes_the_interpreters_tokens_for_a_float_comparison_and_m
 
 @pytest.mark.parametrize("body, named", [
     ("\tdiv.approx.f32 %f3, %f1, %f2;", "a division of floats"),
-    ("\tfma.rn.f32 %f3, %f1, %f2, %f1;", "a fused multiply-add"),
+    ("\tmad.f32 %f3, %f1, %f2, %f1;", "not a fused multiply-add of sm_20"),
     ("\tcvt.rz.f32.s32 %f3, %r1;", "other roundings"),
     ("\tcvt.rzi.s16.f32 %r9, %f1;", "to narrow ints"),
     ("\tmax.ftz.f32 %f3, %f1, %f2;", ".ftz flushes subnormals"),

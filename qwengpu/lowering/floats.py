@@ -41,9 +41,13 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   after another); as NVIDIA's units do, the global one flushes subnormal inputs and results to zero of their sign
   (FADD.FTZ.RN), the shared one keeps them. About 80 integer instructions (70 on shared memory).
 
-The rest of float arithmetic is refused by name: ``fma`` / ``mad`` (one rounding of the exact product; the toolchain
-compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is a mul and an add; math functions such as ``expf`` use fma
-and the approximate ex2 / lg2 / sin units themselves), the approximate ``div.approx`` / ``div.full`` /
+- ``fma`` / ``mad`` with a rounding (``fmaf``, ``__fmaf_rn`` / ``_rz`` / ...: a * b + c rounded once) is the exact
+  48-bit product and c added in a 64-bit window of two words, normalised and rounded like a product: about 190
+  integer instructions (``_fused``). The toolchain still compiles with ``--fmad=false``, so CUDA's ``a * b + c`` is
+  a mul and an add, as a numpy replay rounds it, and costs less; ``hypotf`` (which NVRTC writes with an fma) runs.
+
+The rest of float arithmetic is refused by name: math functions such as ``expf`` (the GPU's approximate ex2 / lg2 /
+sin units, whose bits are the GPU's own), the approximate ``div.approx`` / ``div.full`` /
 ``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the GPU's hardware
 approximation's; ``--use_fast_math`` emits them), other roundings of divisions, roots and conversions (``.rz`` /
 ``.rm`` / ``.rp``), ``.sat``, conversions from or to 64-bit and 16-bit types (``lrintf``), other atomic
@@ -201,12 +205,6 @@ def _refuse(inst: Instruction, why: str) -> MachineError:
 
 def _refusal(base: str) -> str:
     """Why a float32 instruction without a builder is refused."""
-    if base in ("fma", "mad"):
-        return (f"the machine has no floating point: {ARITHMETIC[base]} of floats rounds once, so it needs the exact "
-                "48-bit product, more integer ops than a multiply and an add; compile without contraction "
-                "(NVRTC / nvcc --fmad=false, which qwengpu's toolchain passes) to get mul.rn and add.rn. A math "
-                "function such as expf, logf or sinf uses fma itself (its polynomial), and the GPU's approximate "
-                "ex2 / lg2 / sin units, whose bits are the GPU's own: those functions cannot run exactly here")
     what = ARITHMETIC.get(base, base)
     if base in APPROXIMATE:
         return (f"the machine has no floating point: {what} of floats is only approximate in PTX, its bits those of "
@@ -853,6 +851,138 @@ class _Rewriter:
         # value = top * 2^(exponents - 283)
         magnitude = self._pack(top, exponents, mode=mode, sign=sign)
         self._finish(dst, magnitude, big, small, sign)
+
+    def _fma(self, inst: Instruction) -> None:
+        """fma.rn / rz / rm / rp .f32 (CUDA's ``fmaf``, ``__fmaf_rn``, ..., and ``mad`` with a rounding, the same
+        instruction): a * b + c rounded once (``_fused``)."""
+        if not {"rn", "rz", "rm", "rp"} & set(inst.modifiers):
+            raise _refuse(inst, f"{inst.base}.f32 without a rounding modifier is not a fused multiply-add of sm_20 "
+                                "and later; write .rn")
+        mode, dst, (a, b, c) = self._rounding(inst, 3)
+        self._fused(dst, a, b, c, mode)
+
+    _mad = _fma
+
+    def _fused(self, dst: Reg, a, b, c, mode: str) -> None:
+        """IEEE binary32 a * b + c with one rounding (by ``mode``), subnormals kept.
+
+        The exact 48-bit product (``_product``) sits in a 64-bit window of two words, its leading bit at 60 or 61;
+        c's significand is placed by the difference of the exponents: where its leading bit would land above 61 it is
+        put at 61 and the product shifted right instead, a shifted-out bit kept as a sticky bit 0 (only the smaller
+        operand loses bits, and 38 bits below c's significand are guard bits). The two are added or subtracted as
+        64-bit numbers (a negative difference, which only an exact alignment gives, negated with the sign turned),
+        normalised to bit 62 by the leading zeros of the high word (the low word moved up first where the high one
+        is 0), and the high word, the low one as a sticky bit, rounded like a product (``_pack``). Special cases
+        are settled first into a word and a flag: a NaN operand, inf * 0 and inf - inf give the canonical NaN; an
+        infinite product its infinity; an infinite c itself; a zero product c, or a zero of the signs' sum (-0 only
+        where both are negative, or toward minus infinity where one is); an exact cancellation +0 (-0 toward minus
+        infinity)."""
+        sign_p = self.op("and.b32", self.op("xor.b32", a, b), Imm(SIGN))
+        sign_c = self.op("and.b32", c, Imm(SIGN))
+        ma, mb, mc = self.magnitude(a), self.magnitude(b), self.magnitude(c)
+        # -- the special cases, lowest priority first: (special, value)
+        zero_p = self.op("or.pred", self.op("setp.eq.u32", ma, Imm(0)), self.op("setp.eq.u32", mb, Imm(0)))
+        inf_p = self.op("or.pred", self.op("setp.eq.u32", ma, Imm(INFINITY)), self.op("setp.eq.u32", mb, Imm(INFINITY)))
+        both = self.op("and.b32", sign_p, sign_c) if mode != "rm" else self.op("or.b32", sign_p, sign_c)
+        value = self.op("selp.b32", both, c, self.op("setp.eq.u32", mc, Imm(0)))    # 0 * x + c
+        inf_c = self.op("setp.eq.u32", mc, Imm(INFINITY))
+        value = self.where(inf_c, "mov.b32", value, c)
+        value = self.where(inf_p, "or.b32", value, sign_p, Imm(INFINITY))
+        invalid = self.op("or.pred", self.op("and.pred", inf_p, zero_p), self.op("and.pred", inf_p, self.op(
+            "and.pred", inf_c, self.op("setp.ne.u32", sign_p, sign_c))))
+        for m in (ma, mb, mc):
+            invalid = self.op("or.pred", invalid, self.is_nan(m))
+        value = self.where(invalid, "mov.b32", value, Imm(CANONICAL_NAN))
+        special = self.op("or.pred", self.op("or.pred", zero_p, inf_p), self.op("or.pred", inf_c, invalid))
+        # -- the product: significand pairs (hi: bits 47..16, lo: bits 15..0) and pe, its exponent (p = sp * 2^(pe - 300))
+        hi, lo, pe = self._product(ma, mb)
+        # the window: A = sp << 14, its leading bit at 60 or 61
+        a_hi = self.op("shr.u32", hi, Imm(2))
+        a_lo = self.op("or.b32", self.op("shl.b32", hi, Imm(30)), self.op("shl.b32", lo, Imm(14)))
+        exp_c = self.op("max.u32", self.op("and.b32", mc, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        sig_c = self.op("add.s32", self.op("sub.s32", mc, exp_c), Imm(SMALLEST_NORMAL))
+        # d: where c's significand's lowest bit lands in the window; k: how far A moves right for c's to fit
+        d = self.op("sub.s32", self.op("add.s32", self.op("shr.u32", exp_c, Imm(23)), Imm(164)), pe)
+        k = self.op("max.s32", self.op("sub.s32", d, Imm(38)), Imm(0))
+        d = self.op("sub.s32", d, k)
+        # A >> k (0 where k >= 64) with a sticky bit
+        back = self.op("sub.s32", Imm(32), k)
+        shifted_lo = self.op("or.b32", self.op("or.b32", self.op("shr.u32", a_lo, k), self.op("shl.b32", a_hi, back)),
+                             self.op("shr.u32", a_hi, self.op("sub.s32", k, Imm(32))))
+        lost = self.op("or.b32", self.op("shl.b32", a_lo, back),
+                       self.op("shl.b32", a_hi, self.op("sub.s32", Imm(64), k)))     # the bits below the window
+        lost = self.where(self.op("setp.ge.u32", k, Imm(32)), "or.b32", lost, lost, a_lo)
+        lost = self.where(self.op("setp.ge.u32", k, Imm(64)), "or.b32", lost, lost, a_hi)
+        a_hi = self.op("shr.u32", a_hi, k)
+        a_lo = self.where(self.op("setp.ne.u32", lost, Imm(0)), "or.b32", shifted_lo, shifted_lo, Imm(1))
+        # C at bit d: shifted left into both words, or right with a sticky bit where d < 0
+        c_hi = self.op("or.b32", self.op("shr.u32", sig_c, self.op("sub.s32", Imm(32), d)),
+                       self.op("shl.b32", sig_c, self.op("sub.s32", d, Imm(32))))
+        c_lo = self.op("shl.b32", sig_c, d)
+        right = self.op("neg.s32", d)
+        down = self.op("shr.u32", sig_c, right)
+        down = self.where(self.op("setp.ne.u32", self.op("shl.b32", down, right), sig_c), "or.b32", down, down, Imm(1))
+        c_lo = self.where(self.op("setp.lt.s32", d, Imm(0)), "mov.b32", c_lo, down)
+        # add, or subtract where the signs differ (then a negative difference is negated, its sign c's)
+        subtract = self.op("setp.ne.u32", sign_p, sign_c)
+        c_hi = self.where(subtract, "not.b32", c_hi, c_hi)
+        c_lo = self.where(subtract, "neg.s32", c_lo, c_lo)
+        c_hi = self.where(self.op("and.pred", subtract, self.op("setp.eq.u32", c_lo, Imm(0))), "add.s32", c_hi, c_hi,
+                          Imm(1))                               # two's complement of the 64-bit C
+        lo = self.op("add.s32", a_lo, c_lo)
+        hi = self.op("add.s32", self.op("add.s32", a_hi, c_hi),
+                     self.op("selp.b32", Imm(1), Imm(0), self.op("setp.lt.u32", lo, a_lo)))   # the carry
+        negative = self.op("setp.lt.s32", hi, Imm(0))
+        sign = self.op("selp.b32", sign_c, sign_p, negative)
+        hi = self.where(negative, "not.b32", hi, hi)
+        lo = self.where(negative, "neg.s32", lo, lo)
+        hi = self.where(self.op("and.pred", negative, self.op("setp.eq.u32", lo, Imm(0))), "add.s32", hi, hi, Imm(1))
+        # normalise to bit 62: the low word up first where the high one is 0 (then its bit 31 may be set: one right),
+        # else the high word's leading zeros to bit 30 with the low word's bits shifted in; what is left below, a
+        # sticky bit
+        cancelled = self.op("setp.eq.u32", self.op("or.b32", hi, lo), Imm(0))
+        empty = self.op("setp.eq.u32", hi, Imm(0))
+        hi = self.where(empty, "mov.b32", hi, lo)
+        lo = self.where(empty, "mov.b32", lo, Imm(0))
+        shift, x = self.op("selp.b32", Imm(32), Imm(0), empty), hi
+        zeros = Imm(0)
+        for step in (16, 8, 4, 2, 1):
+            below = self.op("setp.lt.u32", x, Imm(1 << (31 - step)))
+            x = self.where(below, "shl.b32", x, x, Imm(step))
+            zeros = self.where(below, "add.s32", zeros, zeros, Imm(step))
+        top = self.op("or.b32", x, self.op("shr.u32", lo, self.op("sub.s32", Imm(32), zeros)))
+        rest = self.op("shl.b32", lo, zeros)
+        shift = self.op("add.s32", shift, zeros)
+        at_31 = self.op("setp.ge.u32", hi, Imm(1 << 31))
+        top = self.where(at_31, "shr.u32", top, hi, Imm(1))
+        rest = self.where(at_31, "shl.b32", rest, hi, Imm(31))
+        shift = self.where(at_31, "sub.s32", shift, shift, Imm(1))
+        top = self.where(self.op("setp.ne.u32", rest, Imm(0)), "or.b32", top, top, Imm(1))
+        # value = top * 2^(pe + k - shift + 1 - 283): _pack's form
+        exponents = self.op("sub.s32", self.op("add.s32", self.op("add.s32", pe, k), Imm(1)), shift)
+        magnitude = self._pack(top, exponents, carry=False, mode=mode, sign=sign)
+        self.op("or.b32", magnitude, sign, dst=dst)
+        self.where(cancelled, "mov.b32", dst, Imm(SIGN if mode == "rm" else 0))
+        self.where(special, "mov.b32", dst, value)
+
+    def _product(self, ma, mb) -> tuple:
+        """The exact product of two float magnitudes' significands, the smaller's normalised (a subnormal's): its
+        bits 47..16, its bits 15..0, and pe with product = significands * 2^(pe - 300) (pe: the biased exponents,
+        at least 1 each, summed, less the normalisation)."""
+        big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
+        big_exp = self.op("max.u32", self.op("and.b32", big, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        big_sig = self.op("add.s32", self.op("sub.s32", big, big_exp), Imm(SMALLEST_NORMAL))
+        small_exp = self.op("max.u32", self.op("and.b32", small, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
+        small_sig = self.op("add.s32", self.op("sub.s32", small, small_exp), Imm(SMALLEST_NORMAL))
+        pe = self.op("shr.u32", self.op("add.s32", big_exp, small_exp), Imm(23))
+        small_sig, pe = self._normalise(small_sig, pe, "sub.s32")
+        high = self.op("mul.lo.u32", self.op("shr.u32", big_sig, Imm(16)), small_sig)
+        middle = self.op("mul.lo.u32", self.op("and.b32", self.op("shr.u32", big_sig, Imm(8)), Imm(0xFF)), small_sig)
+        low = self.op("mul.lo.u32", self.op("and.b32", big_sig, Imm(0xFF)), small_sig)
+        middle = self.op("add.s32", middle, self.op("shr.u32", low, Imm(8)))
+        top = self.op("add.s32", high, self.op("shr.u32", middle, Imm(8)))
+        bottom = self.op("and.b32", self.op("mul.lo.u32", big_sig, small_sig), Imm(0xFFFF))
+        return top, bottom, pe
 
     def _normalise(self, sig, exponents, adjust: str) -> tuple:
         """A significand of at most 24 bits (a subnormal's, or 0) shifted until its leading bit is bit 23, by a
