@@ -41,8 +41,9 @@ out[]. Every arithmetic result is wrapped in ``canon()``, which makes a NaN the 
 makes 0xffc00000, and NVRTC's compiler may fold ``x + -0.0f`` to ``x``, payload and all; operands that must not be
 NaN (fmaxf / fminf's NaN-free side) are finite, so their sum or product is never a NaN. The C reference is compiled
 with ``-ffp-contract=off`` (the toolchain's --fmad=false), without -ffast-math, in SSE registers (``/`` is divss) and
-with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no libm call for errno). All five are off
-by default, so a seed's programs stay what they were.
+with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no libm call for errno). ``--fma`` (implies
+``--arith``) adds fmaf(a, b, c), rounded once, against glibc's fmaf (exact). All six are off by default, so a seed's
+programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
@@ -89,10 +90,11 @@ class Generator:
     """Random kernel bodies over unsigned / int variables v0..v3."""
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
-                 wide: bool = False, arith: bool = False):
+                 wide: bool = False, arith: bool = False, fma: bool = False):
         self.rng = rng
-        self.floats = floats or arith   # unsigned expressions may compare, classify or read back float32 expressions
-        self.arith = arith      # float expressions also + - * / sqrtf and convert ints (float)i, (float)u
+        self.floats = floats or arith or fma  # unsigned expressions may compare, classify, read back float32 ones
+        self.arith = arith or fma   # float expressions also + - * / sqrtf and convert ints (float)i, (float)u
+        self.fma = fma          # and fmaf(a, b, c)
         self.arith_left = 0     # float arithmetic ops (+ - * / sqrtf) still allowed in the float expressions drawn
         self.features = set()   # fadd, fsub, fmul, fdiv, frcp, fsqrt, cvt.s32, cvt.u32: what this program holds
         self.wide = wide        # unsigned expressions may truncate, shift or compare 64-bit expressions
@@ -224,6 +226,9 @@ class Generator:
             if choice < 0.65:
                 return self.windowed()
             return self.float_expr(depth + 1)
+        if self.fma and self.rng.random() < 0.15:       # drawn only with --fma: the other seeds stay as they were
+            self.features.add("ffma")
+            return f"canon(fmaf({operand()}, {operand()}, {operand()}))"
         # a division or a square root is ~170 machine ops (ROM overlays): 18% of the ops, the rest + - *
         choice = self.rng.random()
         if choice < 0.08:
@@ -501,8 +506,8 @@ def int_arg(v: int) -> str:
 
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
-              floats: bool = False, wide: bool = False, arith: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics, floats, wide, arith)
+              floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats, wide, arith, fma)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -599,11 +604,12 @@ def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
 
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
-         arith: bool = False, time_limit: float | None = None) -> dict:
+         arith: bool = False, time_limit: float | None = None, fma: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
-    ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``); returns
+    ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``; ``fma``:
+    with them fmaf(a, b, c), rounded once, against libm's); returns
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
     div, rcp, sqrt or an int / unsigned conversion), the mismatches and the internal errors (case, the exception's
     text): a program whose lowering or run raises anything but a refusal is counted and the run goes on with the
@@ -619,7 +625,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith)
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -676,16 +682,20 @@ def main(argv=None) -> int:
                              "subnormals, overflow to infinity; a NaN result canonicalised on both sides) and "
                              "(float) of int and unsigned expressions, among edge literals; a / b, 1.0f / a and "
                              "sqrtf(a) correctly rounded")
+    parser.add_argument("--fma", action="store_true",
+                        help="with --arith (implied): also fmaf(a, b, c), one rounding of the exact a * b + c, "
+                             "against glibc's fmaf")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds a program may take to lower and run (in a forked child) before it is counted "
                              "an internal error; 0 runs each in this process without a limit (the default, but 60 "
-                             "with --arith: long float programs are where a hang in the lowering would show; the specializer's "
-                             "exponential trace of divisions of launch arguments was one)")
+                             "with --arith: long float programs are where a hang in the lowering would show; the "
+                             "specializer's exponential trace of divisions of launch arguments was one)")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
-                  atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith,
-                  time_limit=(60.0 if args.arith else None) if args.time_limit is None else args.time_limit or None)
+                  atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith or args.fma, fma=args.fma,
+                  time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
+                  else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "
           f"internal errors {len(report['internal_errors'])} ({time.time() - start:.0f} s)")

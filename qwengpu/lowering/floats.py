@@ -894,7 +894,7 @@ class _Rewriter:
             invalid = self.op("or.pred", invalid, self.is_nan(m))
         value = self.where(invalid, "mov.b32", value, Imm(CANONICAL_NAN))
         special = self.op("or.pred", self.op("or.pred", zero_p, inf_p), self.op("or.pred", inf_c, invalid))
-        # -- the product: significand pairs (hi: bits 47..16, lo: bits 15..0) and pe, its exponent (p = sp * 2^(pe - 300))
+        # -- the product's significand (hi: bits 47..16, lo: bits 15..0) and pe (product = sp * 2^(pe - 300))
         hi, lo, pe = self._product(ma, mb)
         # the window: A = sp << 14, its leading bit at 60 or 61
         a_hi = self.op("shr.u32", hi, Imm(2))
