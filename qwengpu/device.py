@@ -565,10 +565,13 @@ class Device:
         form, lanes = printing[warp]
         if len(lanes[0]) == len(form.kinds):
             del printing[warp]
-            for args in lanes:
-                line = form.line(args)
+            lines = [form.line(args) for args in lanes]
+            for line in lines:
                 self.printed.append(line)
                 sys.stdout.write(line)
+            if form.fatal:          # CUDA's device-side assert: the launch stops (and is rolled back here)
+                raise MachineError(f"kernel {self._launch['kernel'].name}: device-side assert triggered "
+                                   f"(cudaErrorAssert): {lines[0].strip()}")
 
     def _spin_wait(self, index: int, next_token: int) -> Wait | None:
         """A record of a spin block (a load and a conditional branch back to itself) that branched back: what it

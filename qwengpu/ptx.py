@@ -2,8 +2,9 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, calls (but printf's vprintf, the pseudo-instruction ``printf [result,] format,
-buffer`` for the lowering's console stage), float immediates. ``__device__`` and ``__constant__`` variables
+machine cannot have: vector operands, calls (but printf's vprintf and assert's __assertfail, the pseudo-instructions
+``printf [result,] format, buffer`` and ``assertfail message, file, line, function`` for the lowering's console
+stage), float immediates. ``__device__`` and ``__constant__`` variables
 (module-scope ``.global`` / ``.const`` data) are kept as ``Variable``s with their initial bytes, in
 ``Module.variables`` and, for each kernel that names one, ``Kernel.variables``; the device gives them words when
 such a kernel loads. ``.shared`` arrays of
@@ -537,13 +538,15 @@ class _KernelParser:
                          re.S)
         callee = m.group(2) if m else rest.strip()
         arguments = [a.strip() for a in (m.group(3) or "").split(",") if a.strip()] if m else []
-        if callee != "vprintf" or len(arguments) != 2 or any(self.call_params.get(a) is None for a in arguments):
-            what = {"vprintf": "printf", "__assertfail": "assert", "malloc": "malloc", "free": "free"}.get(callee)
+        pseudo = {("vprintf", 2): "printf", ("__assertfail", 5): "assertfail"}.get((callee, len(arguments)))
+        if pseudo is None or any(self.call_params.get(a) is None for a in arguments):
+            what = {"malloc": "malloc", "free": "free"}.get(callee)
             raise _err(line, f"function calls are not supported: {callee}" + (f" ({what})" if what else "") +
-                       " (the machine runs one kernel body; printf is the one call it takes, and __device__ functions "
-                       "NVRTC inlines run)", text)
-        self._append(Instruction("printf", tuple(self.call_params[a] for a in arguments), guard, negated, line,
-                                 " ".join(text.split())))
+                       " (the machine runs one kernel body; printf and assert are the calls it takes, and "
+                       "__device__ functions NVRTC inlines run)", text)
+        # printf format, buffer; assertfail message, file, line, function (its fifth, the char size, is 1)
+        operands = tuple(self.call_params[a] for a in arguments)[:4]
+        self._append(Instruction(pseudo, operands, guard, negated, line, " ".join(text.split())))
         return True
 
     def _append(self, ins: Instruction) -> None:

@@ -117,5 +117,37 @@ def test_what_printf_cannot_print_is_refused_by_name(call, named):
 
 
 def test_other_calls_are_refused_naming_the_function():
-    with pytest.raises(PTXError, match=r"function calls are not supported: __assertfail \(assert\)"):
-        Device().load_kernel('extern "C" __global__ void k(int n) { assert(n > 0); }', "k")
+    with pytest.raises(PTXError, match=r"function calls are not supported: _Z5twicei"):
+        Device().load_kernel('__noinline__ __device__ int twice(int v) { return 2 * v; }\n'
+                             'extern "C" __global__ void k(int *y) { y[0] = twice(y[1]); }', "k")
+
+
+ASSERTING = ('#include <cassert>\n'
+             'extern "C" __global__ void check(int *y) {\n'
+             '    int i = (blockIdx.x * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;\n'
+             '    assert(y[i] != 5);\n'
+             '    y[i] += 1;\n'
+             '}\n')
+
+
+def test_a_failing_assert_stops_the_launch_naming_each_failing_thread(capsys):
+    """assert: where the condition holds the kernel runs on; where it fails on some thread, the launch raises
+    CUDA's device-side assert with CUDA's message (file, line, function, the block and thread indices, which the
+    machine stores) for each failing lane of the warp, and memory is left as before the launch."""
+    dev = Device()
+    kernel = dev.load_kernel(ASSERTING, "check")
+    y = dev.alloc(16)
+    values = np.arange(10, 26)
+    dev.write(y, values)
+    dev.launch(kernel, threads=(4, 2), blocks=2, args=[y])
+    np.testing.assert_array_equal(dev.read(y, 16), values + 1)
+    values[[13, 15]] = 5                            # block 1, threads (1, 1) and (3, 1): one warp
+    dev.write(y, values)
+    with pytest.raises(MachineError, match=r"device-side assert triggered \(cudaErrorAssert\): kernel.cu:4: void "
+                                           r"check\(int \*\): block: \[1,0,0\], thread: \[1,1,0\] Assertion "
+                                           r"`y\[i\] != 5` failed\."):
+        dev.launch(kernel, threads=(4, 2), blocks=2, args=[y])
+    assert dev.printed == [f"kernel.cu:4: void check(int *): block: [1,0,0], thread: [{t},1,0] Assertion `y[i] != 5` "
+                           "failed.\n" for t in (1, 3)]
+    assert capsys.readouterr().out == "".join(dev.printed)
+    np.testing.assert_array_equal(dev.read(y, 16), values)

@@ -1,4 +1,4 @@
-"""printf on the machine: each call's arguments stored, lane by lane, to a console word the device reads.
+"""printf and assert on the machine: each call's arguments stored, lane by lane, to a console word the device reads.
 
 NVRTC compiles ``printf("x=%d %f\\n", i, f)`` to stores of the arguments into a buffer in the thread's local memory
 (C's varargs: ints as 4 bytes, a float promoted to a double as 8, each at its alignment) and a call of vprintf with
@@ -14,6 +14,10 @@ The device (``Device._console``) reads a warp's stores to the console word from 
 then its arguments, and writes each lane's line with the call's ``Format``: the host formats what the machine
 stored, as a GPU's driver prints what its printf buffer holds. ``printf`` returns the number of its arguments, as
 CUDA's does.
+
+assert (NVRTC calls __assertfail where the condition is false) is a call of the same kind: the failing lane stores
+its block and thread indices, the device writes CUDA's line (``ASSERTION``) and stops the launch with CUDA's
+device-side assert error (``Format.fatal``).
 
 Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float, flags, widths
 and precisions (``*`` too), ``%%``; refused by name: ``%s`` and ``%p`` (the machine keeps no strings or pointers for
@@ -36,9 +40,11 @@ _SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?(hh|h|ll|l|z|j|t|L)?([di
 @dataclass(frozen=True)
 class Format:
     """One printf call: its format string and what each argument word is: "int" (d, i, ``*``), "unsigned" (u, x, X,
-    o), "char" (c) or "float" (f, e, g, promoted from a float32)."""
+    o), "char" (c) or "float" (f, e, g, promoted from a float32). ``fatal``: an assert's message (its words the
+    failing thread's block and thread index), after which the launch stops, as CUDA's device-side assert."""
     text: str
     kinds: tuple[str, ...]
+    fatal: bool = False
 
     def line(self, words: list[int]) -> str:
         """The text this call prints for one lane's argument words, as C's printf formats them."""
@@ -72,6 +78,11 @@ class Format:
         return "".join(out)
 
 
+def _literal(text) -> str:
+    """A string of the program as printf text (its % doubled)."""
+    return str(text).replace("%", "%%")
+
+
 def _signed(word: int) -> int:
     return word - (1 << 32) if word & 0x80000000 else word
 
@@ -102,10 +113,18 @@ def conversions(text: str, where: str) -> list[tuple[str, int]]:
     return words
 
 
+# An assert's line, as CUDA writes it: where, the block and thread indices (the machine's words), the condition.
+ASSERTION = "{file}:{line}: {function}: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `{message}` failed.\n"
+INDICES = ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%tid.x", "%tid.y", "%tid.z")
+
+
 def rewrite(kernel):
-    """The kernel with each printf (the parser's ``printf [result,] format, buffer``) as stores to the console word,
-    and the formats, one a call in the order of the calls' numbers. A kernel without printf comes back as it is."""
-    calls = [i for i, inst in enumerate(kernel.body) if isinstance(inst, Instruction) and inst.base == "printf"]
+    """The kernel with each printf (the parser's ``printf [result,] format, buffer``) and each failing assert
+    (``assertfail message, file, line, function``: the call NVRTC makes where the condition is false) as stores to
+    the console word, and the formats, one a call in the order of the calls' numbers. A kernel without either comes
+    back as it is."""
+    calls = [i for i, inst in enumerate(kernel.body) if isinstance(inst, Instruction)
+             and inst.base in ("printf", "assertfail")]
     if not calls:
         return kernel, ()
     body = list(kernel.body)
@@ -119,6 +138,16 @@ def rewrite(kernel):
     for number, i in enumerate(calls):
         call = body[i]
         where = f"kernel {kernel.name} line {call.line}"
+        if call.base == "assertfail":
+            message, file, line, function = (operand if isinstance(operand, Imm) else
+                                             _format_text(kernel, _origin(body, defs, operand, where), where)
+                                             for operand in call.operands)
+            text = ASSERTION.format(file=_literal(file), line=line.value if isinstance(line, Imm) else line,
+                                    function=_literal(function), message=_literal(message))
+            formats.append(Format(text, ("int",) * len(INDICES), fatal=True))
+            replaced[i] = [Instruction("st.shared.u32", (Mem(CONSOLE, 0), value), call.guard, call.guard_negated,
+                                       call.line, call.text) for value in [Imm(number)] + [Reg(r) for r in INDICES]]
+            continue
         *result, fmt, buffer = call.operands
         text = _format_text(kernel, _origin(body, defs, fmt, where), where)
         words = conversions(text, where)
