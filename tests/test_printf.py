@@ -23,6 +23,8 @@ CALLS = [
     ('"%d: %+08.3f %g %G %e %.0f %10.4g|\\n"',
      "t, f - t, 1.0f / (t + 3), -f * 1e20f, f * 1e-40f, f + 0.5f, f * 12345.678f"),
     ('"%d: [%*d] [%-*.*f] %o %X %i\\n"', "t, t + 2, -t, 9, t, f, t * 8 + 1, 0xBEEF0 + t, -2147483647 - 1 + t"),
+    ('"%d: %s|%-6s|%.2s|%5s|%s\\n"',
+     't, "literal", t > 2 ? "big" : "small", "abcdef", t % 2 ? "odd" : "even", t < 1 ? "0" : t < 3 ? "1-2" : "3+"'),
     ('"no arguments\\n"', ""),
 ]
 
@@ -50,8 +52,8 @@ def _reference(calls, threads: int, n: int, f: float, tmp_path) -> str:
 
 @pytest.mark.parametrize("f", [1.5, -0.0, 3.4e38, 1e-42])
 def test_printf_of_ints_and_floats_as_gcc_prints_them(f, tmp_path, capsys):
-    """Conversions, flags, widths, precisions (``*`` too), h / hh, %c, %%, a call without arguments, two warps and a
-    thread that does not print; what the device prints is also on standard output."""
+    """Conversions, flags, widths, precisions (``*`` too), h / hh, %c, %%, %s of string literals (chosen by the
+    machine: ``t > 2 ? "big" : "small"``), a call without arguments, two warps and a thread that does not print; what the device prints is also on standard output."""
     dev = Device()
     kernel = dev.load_kernel(_kernel(CALLS), "show")
     assert kernel.variables == {}                   # the format strings take no words of device memory
@@ -104,7 +106,6 @@ def test_the_circuit_prints_what_the_interpreter_prints(capsys):
 
 
 @pytest.mark.parametrize("call, named", [
-    ('printf("%s\\n", "text")', r"%s \(a string\) is not supported"),
     ('printf("%ld\\n", (long)n)', r"%ld \(a 64-bit value\) is not supported"),
     ('printf("%p\\n", &n)', r"%p \(a pointer\) is not supported"),
     ('printf("%f\\n", (double)n)', r"a double, not a float promoted"),

@@ -20,11 +20,13 @@ its block and thread indices, the device writes CUDA's line (``ASSERTION``) and 
 device-side assert error (``Format.fatal``).
 
 Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float, flags, widths
-and precisions (``*`` too), ``%%``; refused by name: ``%s`` and ``%p`` (the machine keeps no strings or pointers for
-the host), ``%l`` / ``%ll`` / ``%z`` / ``%j`` (64-bit), ``%a``, ``%n`` and ``%#o``.
+and precisions (``*`` too), ``%%``, and ``%s`` of string literals (the machine stores which literal: a choice such as
+``x ? "big" : "small"`` becomes a ``selp`` of their numbers); refused by name: ``%p`` (the machine keeps no
+pointers for the host), ``%l`` / ``%ll`` / ``%z`` / ``%j`` (64-bit), ``%a``, ``%n`` and ``%#o``.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 import struct
@@ -34,6 +36,7 @@ from ..isa import MachineError
 from ..ptx import Imm, Instruction, Label, Mem, Reg
 
 CONSOLE = "__console"
+CHOICE = "%__string"        # registers holding which string literal a %s prints
 _SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?(hh|h|ll|l|z|j|t|L)?([diouxXcfFeEgGaAspn%])")
 
 
@@ -45,6 +48,7 @@ class Format:
     text: str
     kinds: tuple[str, ...]
     fatal: bool = False
+    strings: tuple[str, ...] = ()       # a %s argument's word is the number of one of these string literals
 
     def line(self, words: list[int]) -> str:
         """The text this call prints for one lane's argument words, as C's printf formats them."""
@@ -70,6 +74,8 @@ class Format:
                 value = _narrow(word, length, signed=False)
             elif conversion == "c":
                 value = chr(word & 0xFF)
+            elif conversion == "s":
+                value = self.strings[word]
             else:
                 value = struct.unpack("<f", word.to_bytes(4, "little"))[0]
             spec = "%" + flags + (width or "") + ("." + precision if precision is not None else "") + conversion
@@ -102,14 +108,14 @@ def conversions(text: str, where: str) -> list[tuple[str, int]]:
         flags, width, precision, length, conversion = m.groups()
         if conversion == "%":
             continue
-        if conversion in "spnaA" or length in ("l", "ll", "z", "j", "t", "L") or ("#" in flags and conversion == "o"):
-            why = {"s": "a string", "p": "a pointer", "n": "a count written back", "o": "C's alternate octal form"}.get(
+        if conversion in "pnaA" or length in ("l", "ll", "z", "j", "t", "L") or ("#" in flags and conversion == "o"):
+            why = {"p": "a pointer", "n": "a count written back", "o": "C's alternate octal form"}.get(
                 conversion, "a hexadecimal float" if conversion in "aA" else "a 64-bit value")
             raise MachineError(f"{where}: printf's %{(length or '') + conversion} ({why}) is not supported: the "
                                "machine prints ints (%d %u %x %o %c, h / hh) and floats (%f %e %g)")
         words += [("int", 4)] * ((width == "*") + (precision == "*"))
         words.append(("int", 4) if conversion in "di" else ("unsigned", 4) if conversion in "ouxX" else
-                     ("char", 4) if conversion == "c" else ("float", 8))
+                     ("char", 4) if conversion == "c" else ("string", 8) if conversion == "s" else ("float", 8))
     return words
 
 
@@ -128,11 +134,13 @@ def rewrite(kernel):
     if not calls:
         return kernel, ()
     body = list(kernel.body)
-    defs = {}                       # register -> the index of the instruction that writes it (NVRTC's code is SSA)
+    writes = collections.defaultdict(list)     # register -> the instructions that write it
     for i, inst in enumerate(body):
         if isinstance(inst, Instruction) and inst.operands and isinstance(inst.operands[0], Reg) \
-                and inst.base not in ("st", "red", "bra", "printf"):
-            defs.setdefault(inst.operands[0].name, i)
+                and inst.base not in ("st", "red", "bra", "printf", "assertfail"):
+            writes[inst.operands[0].name].append(i)
+    defs = {name: sites[0] for name, sites in writes.items() if len(sites) == 1}    # registers written once
+    numbers = _StringNumbers(kernel, body, writes)
     dropped: set[int] = set()
     formats, replaced = [], {}
     for number, i in enumerate(calls):
@@ -167,6 +175,8 @@ def rewrite(kernel):
                                        "(the machine has no 64-bit floats)")
                 value = body[promote].operands[1]
                 dropped.add(promote)
+            elif kind == "string":  # a string literal's address, or a choice of some: the literal's number
+                value = numbers.of(value, where)
             sources.append(value)
             kinds.append(kind)
             dropped.add(store)
@@ -189,14 +199,16 @@ def rewrite(kernel):
         if i in dropped:
             continue
         out.extend(replaced.get(i, [inst]))
+        out.extend(numbers.after.get(i, []))
     out = _without_dead_addresses(out)
+    formats = [dataclasses.replace(form, strings=tuple(numbers.strings)) for form in formats]
     named = {o.name for inst in out if isinstance(inst, Instruction) for o in inst.operands
              if isinstance(o, Label)} | {o.base for inst in out if isinstance(inst, Instruction)
                                           for o in inst.operands if isinstance(o, Mem) and isinstance(o.base, str)}
     shared = dict(kernel.shared)
     shared[CONSOLE] = 4
     return dataclasses.replace(
-        kernel, body=out, shared=shared,
+        kernel, body=out, shared=shared, registers={**kernel.registers, CHOICE: "b32"},
         local={name: size for name, size in kernel.local.items() if name in named},
         variables={name: v for name, v in kernel.variables.items() if name in named}), tuple(formats)
 
@@ -218,6 +230,49 @@ def _origin(body, defs, operand, where: str) -> tuple[str, int]:
     if not isinstance(operand, Label):
         raise MachineError(f"{where}: printf's format and buffer must be a string literal and NVRTC's local buffer")
     return operand.name, offset
+
+
+class _StringNumbers:
+    """Which string literal a %s argument points to, as a number into the kernel's ``strings``: a literal's address
+    is its number; a register the machine writes with several (``x ? "big" : "small"``: a ``selp`` of addresses,
+    or a move on each side of a branch) gets a companion register written beside each of its writes (``after``:
+    instruction index -> the instructions to insert after it) with the numbers instead, under the same guard."""
+
+    def __init__(self, kernel, body, writes):
+        self.kernel, self.body, self.writes = kernel, body, writes
+        self.strings: list[str] = []
+        self.after: dict[int, list] = collections.defaultdict(list)
+        self.companions: dict[tuple, Reg] = {}
+
+    def of(self, operand, where: str):
+        if isinstance(operand, Label):
+            return self._literal(operand.name, 0, where)
+        sites = self.writes.get(operand.name, []) if isinstance(operand, Reg) else []
+        if not sites:
+            raise MachineError(f"{where}: printf's %s argument is not a string literal")
+        if len(sites) == 1 and self.body[sites[0]].base in ("mov", "cvta"):
+            return self.of(self.body[sites[0]].operands[1], where)
+        key = operand.name
+        if key not in self.companions:
+            self.companions[key] = companion = Reg(f"{CHOICE}{len(self.companions)}")
+            for site in sites:
+                inst = self.body[site]
+                if inst.base in ("mov", "cvta"):
+                    new = Instruction("mov.b32", (companion, self.of(inst.operands[1], where)), inst.guard,
+                                      inst.guard_negated, inst.line, inst.text)
+                elif inst.base == "selp":
+                    chosen = tuple(self.of(o, where) for o in inst.operands[1:3])
+                    new = Instruction("selp.b32", (companion, *chosen, inst.operands[3]), inst.guard,
+                                      inst.guard_negated, inst.line, inst.text)
+                else:
+                    raise MachineError(f"{where}: printf's %s argument is computed ({inst.text}), not a string "
+                                       "literal or a choice of some")
+                self.after[site].append(new)
+        return self.companions[key]
+
+    def _literal(self, symbol: str, offset: int, where: str) -> Imm:
+        self.strings.append(_format_text(self.kernel, (symbol, offset), where))
+        return Imm(len(self.strings) - 1)
 
 
 def _format_text(kernel, origin: tuple[str, int], where: str) -> str:
@@ -257,7 +312,7 @@ def _without_dead_addresses(body: list) -> list:
                  if isinstance(o, Mem) and isinstance(o.base, Reg)}
         read |= {inst.guard.name for inst in body if isinstance(inst, Instruction) and inst.guard is not None}
         kept = [inst for inst in body if not (isinstance(inst, Instruction) and inst.base in ("mov", "cvta", "add",
-                                                                                              "cvt")
+                                                                                              "cvt", "selp")
                                               and inst.guard is None and isinstance(inst.operands[0], Reg)
                                               and inst.operands[0].name not in read)]
         if len(kept) == len(body):
