@@ -152,3 +152,16 @@ def test_a_failing_assert_stops_the_launch_naming_each_failing_thread(capsys):
                            "failed.\n" for t in (1, 3)]
     assert capsys.readouterr().out == "".join(dev.printed)
     np.testing.assert_array_equal(dev.read(y, 16), values)
+
+
+def test_an_argument_written_again_before_the_call_is_refused():
+    """The console stores read an argument's register at the call: one written again after its store into the
+    buffer (hand-edited PTX; NVRTC does not do it) would print the later value, so it is refused."""
+    ptx = toolchain.compile_cuda('extern "C" __global__ void k(int n) { printf("%d\\n", n * 3); }')
+    assert "\tst.local.u32 \t[%rd2], %r2;\n" in ptx
+    edited = ptx.replace("\tst.local.u32 \t[%rd2], %r2;\n", "\tst.local.u32 \t[%rd2], %r2;\n\tadd.s32 %r2, %r2, 1;\n")
+    dev = Device()
+    dev.launch(dev.load_kernel(ptx, "k"), threads=1, args=[5])
+    assert dev.printed == ["15\n"]
+    with pytest.raises(MachineError, match=r"argument %r2 is written again between its store into the buffer"):
+        dev.load_kernel(edited, "k")

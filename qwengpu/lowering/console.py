@@ -167,14 +167,17 @@ def rewrite(kernel):
             if store is None or _width(body[store]) != 8 * size:
                 raise MachineError(f"{where}: printf's argument at byte {at} of its buffer is not a {size}-byte "
                                    f"store before the call ({text!r})")
-            value = body[store].operands[1]
+            value, since = body[store].operands[1], store
             if kind == "float":     # the double is a float promoted: store the float32 it came from
                 promote = defs.get(value.name) if isinstance(value, Reg) else None
                 if promote is None or body[promote].opcode != "cvt.f64.f32":
                     raise MachineError(f"{where}: printf's %f argument is a double, not a float promoted to one "
                                        "(the machine has no 64-bit floats)")
-                value = body[promote].operands[1]
+                value, since = body[promote].operands[1], promote
                 dropped.add(promote)
+            if kind != "string" and not _unchanged(body, writes, value, since, i):
+                raise MachineError(f"{where}: printf's argument {value.name} is written again between its store into "
+                                   "the buffer and the call")
             elif kind == "string":  # a string literal's address, or a choice of some: the literal's number
                 value = numbers.of(value, where)
             sources.append(value)
@@ -296,6 +299,15 @@ def _buffer_stores(body, defs, call: int, depot: str, start: int, where: str) ->
                 stores.setdefault(offset + mem.offset - start, i)
         i -= 1
     return stores
+
+
+def _unchanged(body, writes, value, start: int, end: int) -> bool:
+    """Whether ``value`` holds at instruction ``end`` what it held at ``start``: a literal, a register written once,
+    or one no instruction from ``start`` to ``end`` writes, with no label between (no other path joins)."""
+    if not isinstance(value, Reg) or len(writes.get(value.name, ())) <= 1:
+        return True
+    return not any(start < site < end for site in writes[value.name]) and \
+        not any(isinstance(item, Label) for item in body[start:end])
 
 
 def _width(inst: Instruction) -> int:
