@@ -677,8 +677,8 @@ def _entry(module, name: str) -> str:
         return mangled[0]
     if mangled:
         raise MachineError(f"kernel {name!r} is overloaded or a template in the module ({', '.join(mangled)}): "
-                           "load it by a C++ name expression (\"k<int>\", \"k(int *)\" for an overload), by its mangled "
-                           "name, or declare it extern \"C\"")
+                           "load it by a C++ name expression (\"k<int>\", \"k(int *)\" for an overload), by its "
+                           "mangled name, or declare it extern \"C\"")
     raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(entries)})")
 
 

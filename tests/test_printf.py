@@ -53,7 +53,8 @@ def _reference(calls, threads: int, n: int, f: float, tmp_path) -> str:
 @pytest.mark.parametrize("f", [1.5, -0.0, 3.4e38, 1e-42])
 def test_printf_of_ints_and_floats_as_gcc_prints_them(f, tmp_path, capsys):
     """Conversions, flags, widths, precisions (``*`` too), h / hh, %c, %%, %s of string literals (chosen by the
-    machine: ``t > 2 ? "big" : "small"``), a call without arguments, two warps and a thread that does not print; what the device prints is also on standard output."""
+    machine: ``t > 2 ? "big" : "small"``), a call without arguments, two warps and a thread that does not print;
+    what the device prints is also on standard output."""
     dev = Device()
     kernel = dev.load_kernel(_kernel(CALLS), "show")
     assert kernel.variables == {}                   # the format strings take no words of device memory

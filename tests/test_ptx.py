@@ -232,8 +232,9 @@ def test_missing_version():
 @needs_nvrtc
 def test_module_data_outside_the_subset_refuses_only_the_kernels_that_name_it():
     """__device__ variables are kept with their initial bytes, by the kernels that name them; module data the machine
-    cannot keep (an address as an initializer) refuses the kernels that name it, and a call of a __noinline__ function refuses its
-    kernel, in the lenient parse (what Device.load_kernel uses); the rest load. The strict parse raises."""
+    cannot keep (an address as an initializer) refuses the kernels that name it, and a call of a __noinline__
+    function refuses its kernel, in the lenient parse (what Device.load_kernel uses); the rest load. The strict parse
+    raises."""
     source = ('__device__ int counter;\n'
               '__device__ int *where = &counter;\n'
               'extern "C" __global__ void uses(int *y) { y[threadIdx.x] = counter; }\n'

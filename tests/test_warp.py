@@ -220,8 +220,8 @@ def test_inline_asm_scopes_declare_registers_of_their_own():
 
 
 def test_a_refused_kernel_leaves_the_rest_of_its_module_usable():
-    """A kernel that calls a __noinline__ function (a call, outside the subset): the other kernel of the same source loads
-    and runs; the refused one raises its own error when asked for; the strict parse raises it for the module."""
+    """A kernel that calls a __noinline__ function (a call, outside the subset): the other kernel of the same source
+    loads and runs; the refused one raises its own error when asked for; the strict parse raises it for the module."""
     source = ('__noinline__ __device__ int twice(int v) { return 2 * v; }\n'
               'extern "C" __global__ void with_call(int *y) { y[threadIdx.x] = twice(y[threadIdx.x]); }\n'
               'extern "C" __global__ void plain(int *y) { y[threadIdx.x] = threadIdx.x * 3; }\n')

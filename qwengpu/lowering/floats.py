@@ -24,16 +24,17 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
 
 - ``add``, ``sub`` and ``mul`` (rounding to nearest even: ``.rn`` or no rounding modifier; or toward zero, minus or
   plus infinity: ``.rz`` / ``.rm`` / ``.rp``, so ``roundf``, whose NVRTC code adds with ``.rz``, and ``__fadd_rz`` /
-  ``__fmul_rd`` / ...) and ``cvt.rn.f32.s32 / u32`` (int to float) are IEEE binary32 arithmetic from integer ops, as NVIDIA's non-FTZ float unit computes it:
-  subnormals in and out, overflow to infinity, x + (-x) = +0, any NaN result the canonical NaN. Straight-line code,
-  branch-free, a guarded instruction where a step applies on some lanes only: about 60 of the machine's ops an add
-  (qccl/kernels/fprim.cu's algorithm: align with a sticky bit, add, normalise by a binary search of the leading
-  zeros, round), 70 a multiply (the 48-bit product from three 8 x 24-bit multiplies and a 32-bit one for the sticky
-  bit, a subnormal operand normalised first), 30 a conversion; longer than the 32-block ROM, they run as overlays.
+  ``__fmul_rd`` / ...) and ``cvt.rn.f32.s32 / u32`` (int to float) are IEEE binary32 arithmetic from integer ops, as
+  NVIDIA's non-FTZ float unit computes it: subnormals in and out, overflow to infinity, x + (-x) = +0, any NaN
+  result the canonical NaN. Straight-line code, branch-free, a guarded instruction where a step applies on some
+  lanes only: about 60 of the machine's ops an add (qccl/kernels/fprim.cu's algorithm: align with a sticky bit, add,
+  normalise by a binary search of the leading zeros, round), 70 a multiply (the 48-bit product from three 8 x 24-bit
+  multiplies and a 32-bit one for the sticky bit, a subnormal operand normalised first), 30 a conversion; longer
+  than the 32-block ROM, they run as overlays.
 - ``div.rn``, ``rcp.rn`` and ``sqrt.rn`` (CUDA's ``a / b``, ``1.0f / x`` and ``sqrtf`` as NVRTC compiles them by
-  default, -prec-div=true / -prec-sqrt=true) are correctly rounded the same way, x / 0 = inf, 0 / 0 and inf / inf and
-  sqrt(x < 0) NaN, sqrt(-0) = -0: long division of the significands and fdlibm's digit-by-digit root, a bit a step
-  (3 ops a quotient bit, 5 a root bit), about 175 integer instructions a division, 155 a square root.
+  default, -prec-div=true / -prec-sqrt=true) are correctly rounded the same way, x / 0 = inf, 0 / 0 and inf / inf
+  and sqrt(x < 0) NaN, sqrt(-0) = -0: long division of the significands and fdlibm's digit-by-digit root, a bit a
+  step (3 ops a quotient bit, 5 a root bit), about 175 integer instructions a division, 155 a square root.
 
 - ``atomicAdd`` on a float (``atom`` / ``red`` ``.global`` / ``.shared`` ``.add.f32``) is the compare-and-swap loop
   ``old = ld [a]; loop: new = old + x; prev = atom.cas.b32 [a], old, new; old = prev; if prev != old goto loop``
@@ -997,8 +998,9 @@ class _Rewriter:
 
     def _pack(self, top, exponents, carry: bool = True, mode: str = "rn", sign=None):
         """The magnitude of the float top * 2^(exponents - 283), rounded to nearest even (or by ``mode``, the
-        result's sign in ``sign``: ``_round``), subnormal or clamped to infinity (``_overflow``): top (a bit shifted out below kept as bit 0) has its leading bit at 30, or at 31 where ``carry``
-        (mul's product may reach bit 47). It is shifted right to bit 30 (one more where it reached 31, more where
+        result's sign in ``sign``: ``_round``), subnormal or clamped to infinity (``_overflow``): top (a bit
+        shifted out below kept as bit 0) has its leading bit at 30, or at 31 where ``carry`` (mul's product may
+        reach bit 47). It is shifted right to bit 30 (one more where it reached 31, more where
         the result is subnormal) with a sticky bit, rounded at bit 7, and the exponent added to it (a carry of the
         rounding runs into the exponent; overflow is clamped to infinity)."""
         # shifted right to bit 30 (carry: top reached bit 31) and down to the subnormal range where the biased
