@@ -653,3 +653,21 @@ def test_the_command_line_takes_dim3_sizes_float_and_struct_arguments(capsys):
     dev = Device()
     dev.launch(kernel(dev, "idioms.cu", "matrix_add"), threads=(2, 2), blocks=(2, 2), args=[0, 40, 80, 3, 3])
     assert len(records) == dev.stats["records"]
+
+
+def test_64_bit_popc_and_clz_of_a_widened_word():
+    """__popcll / __clzll of an unsigned int widened to 64 bits (its high word is zero: popc of the low word, 32 plus
+    its clz); of a sign-extended int the high word depends on the sign, and the lowering refuses it."""
+    source = ('extern "C" __global__ void wide(unsigned *y, const unsigned *x) {\n'
+              '    int i = threadIdx.x;\n'
+              '    y[i] = __popcll((unsigned long long)x[i]) + 100 * __clzll((unsigned long long)x[i]);\n}\n'
+              'extern "C" __global__ void signed_wide(unsigned *y, const int *x) {\n'
+              '    y[threadIdx.x] = __popcll((long long)x[threadIdx.x]);\n}\n')
+    dev = Device()
+    y, x = dev.alloc(16), dev.alloc(16)         # allocated: the overlays' state takes the top words
+    dev.write(x, _as_words(EDGE))
+    dev.launch(dev.load_kernel(source, "wide"), threads=16, args=[y, x])
+    assert [int(v) & 0xFFFFFFFF for v in dev.read(y, 16)] == [bin(v).count("1") + 100 * (64 - v.bit_length())
+                                                               for v in EDGE]
+    with pytest.raises(MachineError, match="a 64-bit popc depends on the high word"):
+        dev.launch(dev.load_kernel(source, "signed_wide"), threads=16, args=[y, x])

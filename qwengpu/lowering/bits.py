@@ -15,8 +15,14 @@ class BitOps:
     ``src``, ``op``, ``value_operand``, ``definitions`` and ``_need_fits``."""
 
     def _op_popc(self, read, dst):
-        self._need_fits(width(self.inst))
+        self._zero_extended(read)
         self._popcount(self.src(read, 0), dst)
+
+    def _zero_extended(self, read) -> None:
+        """A 64-bit popc / clz runs on the low word where the high word is known to be zero (``__popcll`` of an
+        unsigned int widened: ``_extension``); otherwise it is refused."""
+        if width(self.inst) > 32 and self._extension(read, self.inst.operands[1]) != "u":
+            self._need_fits(width(self.inst))
 
     def _popcount(self, x: tuple, dst: str | None = None) -> str:
         """Bits set in a word: the SWAR sum of 2-, 4- and 8-bit fields, the bytes added by one multiply."""
@@ -29,7 +35,10 @@ class BitOps:
         return self.op("shr_u", (self.op("mul", x, (None, 0x01010101)), 0), (None, 24), dst=dst)
 
     def _op_clz(self, read, dst):
-        self._need_fits(width(self.inst))
+        self._zero_extended(read)
+        if width(self.inst) > 32:       # the high word's 32 zeros first
+            self.op("add", (self._leading_zeros(self.src(read, 0)), 0), (None, 32), dst=dst)
+            return
         self._leading_zeros(self.src(read, 0), dst)
 
     def _leading_zeros(self, x: tuple, dst: str | None = None) -> str:
