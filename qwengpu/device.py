@@ -200,6 +200,7 @@ class Device:
         self.stats = {"tokens_written": 0, "tokens_fed": 0, "records": 0, "launches": 0}
         self.launch_records: list[int] = []
         self._allocations: dict[int, int] = {}
+        self._loose: set[int] = set()       # words the host wrote outside any allocation (dev.write at an address)
         self._variables: dict[str, dict[str, int]] = {}     # module PTX -> its placed variables' words
         self.printed: list[str] = []            # what the kernels' printf wrote, line by line (also to stdout)
         self._rom: list[list[int] | None] = [None] * 32
@@ -258,13 +259,19 @@ class Device:
         self._backend_restore(self._fresh)
         self._rom = [None] * len(self._rom)
         self.context_starts.append(len(self.tokens))
-        self.write(0, words)
+        self._copy_in(0, _words(words))
         self.rebases += 1
 
     def write(self, address: int, words) -> None:
-        """Host -> device copy, fed as write records (MEM a, VAL lo, VAL hi), one per word."""
+        """Host -> device copy, fed as write records (MEM a, VAL lo, VAL hi), one per word. Words outside every
+        allocation may be written (a fixed address), but a launch whose block state would cover them is refused
+        (``_check_reserved``)."""
         data = _words(words)
         self._check_range(address, len(data), "write")
+        self._loose.update(range(address, address + len(data)))
+        self._copy_in(address, data)
+
+    def _copy_in(self, address: int, data: np.ndarray) -> None:
         for offset, word in enumerate(data):
             self._feed_all(T.write_record(address + offset, int(word)), T.HOST)
 
@@ -430,12 +437,19 @@ class Device:
         """A block's __shared__ arrays and barrier or overlay state take the top words of memory: refuse a launch
         whose words an allocation holds, before anything is fed."""
         first, count = program.reserved
+        state = "overlay" if program.overlays else "barrier"
+        where = (f"kernel {kernel.name} keeps its __shared__ arrays and {state} state in words {first}.."
+                 f"{first + count - 1}")
         for start, size in sorted(self._allocations.items()):
             if count and start < first + count and first < start + size:
-                state = "overlay" if program.overlays else "barrier"
-                raise MachineError(f"kernel {kernel.name} keeps its __shared__ arrays and {state} state in words "
-                                   f"{first}..{first + count - 1}, and allocation {start}..{start + size - 1} "
-                                   f"overlaps them (device memory below word {first} is free for allocations)")
+                raise MachineError(f"{where}, and allocation {start}..{start + size - 1} overlaps them (device "
+                                   f"memory below word {first} is free for allocations)")
+        allocated = {a for start, size in self._allocations.items() for a in range(start, start + size)}
+        written = sorted(a for a in self._loose if first <= a < first + count and a not in allocated)
+        if count and written:
+            raise MachineError(f"{where}, and the host wrote words {written[0]}..{written[-1]} there outside any "
+                               "allocation (dev.write at a fixed address): the launch would overwrite them. Allocate "
+                               "the data (dev.alloc) and the launch keeps clear of it")
 
     def _load_rom(self, blocks) -> None:
         """Feed the program rows that differ from what the ROM holds."""

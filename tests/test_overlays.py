@@ -296,3 +296,28 @@ def test_a_register_not_yet_written_is_zero_across_cuts_whatever_its_slot_held()
         dev.launch(kernel, threads=1, args=[out, x])
         assert dev.read(out, 1)[0] == (0 if trips == 1 else 7 + trips - 2)
         assert dev.read(out + 1, 1).view(np.float32)[0] == np.float32(1 + 2 * trips)
+
+
+def test_a_launch_whose_state_would_cover_words_the_host_wrote_outside_allocations_is_refused():
+    """Data written at a fixed address (dev.write without dev.alloc) where a launch keeps its overlay state would be
+    overwritten silently (a 16-thread popc kernel read back another lane's input this way): the launch is refused
+    naming the words, before anything is fed; the same data in an allocation runs."""
+    source = ('extern "C" __global__ void k(unsigned *y, const unsigned *x)\n'
+              '{ y[threadIdx.x] = __popc(x[threadIdx.x]) + 100 * __clz(x[threadIdx.x]); }')
+    values = [3, 0x80000001, 0xFFFF, 7] * 4
+    dev = Device()
+    kernel = dev.load_kernel(source, "k")
+    first, count = kernel.program(kernel.arguments([0, 64]), 16).reserved
+    assert first < 80 and count, "the test needs the state to reach the input"
+    dev.write(64, values)
+    tokens = len(dev.tokens)
+    with pytest.raises(MachineError, match=rf"the host wrote words {max(first, 64)}\.\.79 there outside any "
+                                           "allocation"):
+        dev.launch(kernel, threads=16, args=[0, 64])
+    assert len(dev.tokens) == tokens
+    fresh = Device()
+    y, x = fresh.alloc(16), fresh.alloc(16)
+    fresh.write(x, values)
+    fresh.launch(fresh.load_kernel(source, "k"), threads=16, args=[y, x])
+    assert list(fresh.read(y, 16).astype(np.uint32)) == [bin(v).count("1") + 100 * (32 - v.bit_length())
+                                                         for v in values]
