@@ -43,8 +43,9 @@ _SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?(hh|h|ll|l|z|j|t|L)?([di
 @dataclass(frozen=True)
 class Format:
     """One printf call: its format string and what each argument word is: "int" (d, i, ``*``), "unsigned" (u, x, X,
-    o), "char" (c) or "float" (f, e, g, promoted from a float32). ``fatal``: an assert's message (its words the
-    failing thread's block and thread index), after which the launch stops, as CUDA's device-side assert."""
+    o), "char" (c), "string" (s: the number of a string literal in ``strings``) or "float" (f, e, g, promoted from a
+    float32). ``fatal``: an assert's message (its words the failing thread's block and thread index), after which
+    the launch stops, as CUDA's device-side assert."""
     text: str
     kinds: tuple[str, ...]
     fatal: bool = False
@@ -112,7 +113,8 @@ def conversions(text: str, where: str) -> list[tuple[str, int]]:
             why = {"p": "a pointer", "n": "a count written back", "o": "C's alternate octal form"}.get(
                 conversion, "a hexadecimal float" if conversion in "aA" else "a 64-bit value")
             raise MachineError(f"{where}: printf's %{(length or '') + conversion} ({why}) is not supported: the "
-                               "machine prints ints (%d %u %x %o %c, h / hh) and floats (%f %e %g)")
+                               "machine prints ints (%d %u %x %o %c, h / hh), floats (%f %e %g) and string "
+                               "literals (%s)")
         words += [("int", 4)] * ((width == "*") + (precision == "*"))
         words.append(("int", 4) if conversion in "di" else ("unsigned", 4) if conversion in "ouxX" else
                      ("char", 4) if conversion == "c" else ("string", 8) if conversion == "s" else ("float", 8))
