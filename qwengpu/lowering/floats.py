@@ -818,37 +818,14 @@ class _Rewriter:
     def _mul(self, inst: Instruction) -> None:
         """IEEE binary32 a * b, rounding to nearest even, subnormals kept, as NVIDIA's non-FTZ float unit.
 
-        The larger magnitude X and the smaller Y: only Y can be a subnormal that matters (two subnormals underflow
-        to 0), so Y's significand alone is normalised to bit 23 (a binary search), X's has its hidden bit. The
-        48-bit product's top 32 bits come from three 8 x 24-bit products (X's significand in bytes), its low 16 bits
-        from a 32-bit multiply as a sticky bit; the product is shifted right to bit 30 (one more where it reached
-        bit 47, more where the result is subnormal) with a sticky bit, rounded to nearest even at bit 7, and the
-        exponent added to it (overflow clamped to infinity). The sign is the xor of the signs (zeros and infinities
+        The 48-bit product of the significands (``_product``): its top 32 bits, its low 16 bits as a sticky bit;
+        it is shifted right to bit 30 (one more where it reached bit 47, more where the result is subnormal) with a
+        sticky bit, rounded to nearest even at bit 7, and the exponent added to it (overflow clamped to infinity). The sign is the xor of the signs (zeros and infinities
         too); 0 * inf and a NaN operand give the canonical NaN."""
         mode, dst, (a, b) = self._rounding(inst, 2)
         sign = self.op("and.b32", self.op("xor.b32", a, b), Imm(SIGN))
-        ma, mb = self.magnitude(a), self.magnitude(b)
-        big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
-        big_exp = self.op("max.u32", self.op("and.b32", big, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
-        big_sig = self.op("add.s32", self.op("sub.s32", big, big_exp), Imm(SMALLEST_NORMAL))
-        # Y's exponent - 1, at least 0, in place (<< 23): its significand is Y minus it
-        small_exp = self.op("max.s32", self.op("sub.s32", self.op("and.b32", small, Imm(INFINITY)),
-                                               Imm(SMALLEST_NORMAL)), Imm(0))
-        small_sig = self.op("sub.s32", small, small_exp)
-        # both exponents (at least 1) summed, minus 1: X's plus Y's - 1
-        exponents = self.op("shr.u32", self.op("add.s32", big_exp, small_exp), Imm(23))
-        small_sig, exponents = self._normalise(small_sig, exponents, "sub.s32")    # a subnormal Y
-        # the product's bits 47..16: X's significand in bytes times Y's (each exact in a word)
-        high = self.op("mul.lo.u32", self.op("shr.u32", big_sig, Imm(16)), small_sig)
-        middle = self.op("mul.lo.u32", self.op("and.b32", self.op("shr.u32", big_sig, Imm(8)), Imm(0xFF)),
-                         small_sig)
-        low = self.op("mul.lo.u32", self.op("and.b32", big_sig, Imm(0xFF)), small_sig)
-        middle = self.op("add.s32", middle, self.op("shr.u32", low, Imm(8)))
-        top = self.op("add.s32", high, self.op("shr.u32", middle, Imm(8)))
-        # its bits 15..0 (the low 16 bits of the 32-bit product) as a sticky bit
-        lost = self.op("setp.ne.u32", self.op("shl.b32", self.op("mul.lo.u32", big_sig, small_sig), Imm(16)),
-                       Imm(0))
-        top = self.where(lost, "or.b32", top, top, Imm(1))
+        big, small, top, bottom, exponents = self._product(self.magnitude(a), self.magnitude(b))
+        top = self.where(self.op("setp.ne.u32", bottom, Imm(0)), "or.b32", top, top, Imm(1))  # bits 15..0: sticky
         # value = top * 2^(exponents - 283)
         magnitude = self._pack(top, exponents, mode=mode, sign=sign)
         self._finish(dst, magnitude, big, small, sign)
@@ -895,15 +872,15 @@ class _Rewriter:
             invalid = self.op("or.pred", invalid, self.is_nan(m))
         value = self.where(invalid, "mov.b32", value, Imm(CANONICAL_NAN))
         special = self.op("or.pred", self.op("or.pred", zero_p, inf_p), self.op("or.pred", inf_c, invalid))
-        # -- the product's significand (hi: bits 47..16, lo: bits 15..0) and pe (product = sp * 2^(pe - 300))
-        hi, lo, pe = self._product(ma, mb)
+        # -- the product's significand sp (hi: bits 47..16, lo: bits 15..0 at the top) = sp * 2^(pe - 299)
+        _, _, hi, lo, pe = self._product(ma, mb)
         # the window: A = sp << 14, its leading bit at 60 or 61
         a_hi = self.op("shr.u32", hi, Imm(2))
-        a_lo = self.op("or.b32", self.op("shl.b32", hi, Imm(30)), self.op("shl.b32", lo, Imm(14)))
+        a_lo = self.op("or.b32", self.op("shl.b32", hi, Imm(30)), self.op("shr.u32", lo, Imm(2)))
         exp_c = self.op("max.u32", self.op("and.b32", mc, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
         sig_c = self.op("add.s32", self.op("sub.s32", mc, exp_c), Imm(SMALLEST_NORMAL))
         # d: where c's significand's lowest bit lands in the window; k: how far A moves right for c's to fit
-        d = self.op("sub.s32", self.op("add.s32", self.op("shr.u32", exp_c, Imm(23)), Imm(164)), pe)
+        d = self.op("sub.s32", self.op("add.s32", self.op("shr.u32", exp_c, Imm(23)), Imm(163)), pe)
         k = self.op("max.s32", self.op("sub.s32", d, Imm(38)), Imm(0))
         d = self.op("sub.s32", d, k)
         # A >> k (0 where k >= 64) with a sticky bit
@@ -959,31 +936,37 @@ class _Rewriter:
         rest = self.where(at_31, "shl.b32", rest, hi, Imm(31))
         shift = self.where(at_31, "sub.s32", shift, shift, Imm(1))
         top = self.where(self.op("setp.ne.u32", rest, Imm(0)), "or.b32", top, top, Imm(1))
-        # value = top * 2^(pe + k - shift + 1 - 283): _pack's form
-        exponents = self.op("sub.s32", self.op("add.s32", self.op("add.s32", pe, k), Imm(1)), shift)
+        # value = top * 2^(pe + k - shift + 2 - 283): _pack's form
+        exponents = self.op("sub.s32", self.op("add.s32", self.op("add.s32", pe, k), Imm(2)), shift)
         magnitude = self._pack(top, exponents, carry=False, mode=mode, sign=sign)
         self.op("or.b32", magnitude, sign, dst=dst)
         self.where(cancelled, "mov.b32", dst, Imm(SIGN if mode == "rm" else 0))
         self.where(special, "mov.b32", dst, value)
 
     def _product(self, ma, mb) -> tuple:
-        """The exact product of two float magnitudes' significands, the smaller's normalised (a subnormal's): its
-        bits 47..16, its bits 15..0, and pe with product = significands * 2^(pe - 300) (pe: the biased exponents,
-        at least 1 each, summed, less the normalisation)."""
+        """The exact product of two float magnitudes' significands, for ``_mul`` and ``_fused``: the larger
+        magnitude X and the smaller Y (only Y can be a subnormal that matters: two subnormals underflow), Y's
+        significand normalised to bit 23 (a binary search), X's with its hidden bit; the product's bits 47..16 from
+        three 8 x 24-bit products (X's significand in bytes, each exact in a word), its bits 15..0 in the top half
+        of a word (of a 32-bit multiply), and ``exponents``: the biased exponents (at least 1) summed, minus 1, less
+        Y's normalisation, so that the product is the 48 bits times 2^(exponents - 299)."""
         big, small = self.op("max.u32", ma, mb), self.op("min.u32", ma, mb)
         big_exp = self.op("max.u32", self.op("and.b32", big, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
         big_sig = self.op("add.s32", self.op("sub.s32", big, big_exp), Imm(SMALLEST_NORMAL))
-        small_exp = self.op("max.u32", self.op("and.b32", small, Imm(INFINITY)), Imm(SMALLEST_NORMAL))
-        small_sig = self.op("add.s32", self.op("sub.s32", small, small_exp), Imm(SMALLEST_NORMAL))
-        pe = self.op("shr.u32", self.op("add.s32", big_exp, small_exp), Imm(23))
-        small_sig, pe = self._normalise(small_sig, pe, "sub.s32")
+        # Y's exponent - 1, at least 0, in place (<< 23): its significand is Y minus it
+        small_exp = self.op("max.s32", self.op("sub.s32", self.op("and.b32", small, Imm(INFINITY)),
+                                               Imm(SMALLEST_NORMAL)), Imm(0))
+        small_sig = self.op("sub.s32", small, small_exp)
+        exponents = self.op("shr.u32", self.op("add.s32", big_exp, small_exp), Imm(23))
+        small_sig, exponents = self._normalise(small_sig, exponents, "sub.s32")    # a subnormal Y
         high = self.op("mul.lo.u32", self.op("shr.u32", big_sig, Imm(16)), small_sig)
-        middle = self.op("mul.lo.u32", self.op("and.b32", self.op("shr.u32", big_sig, Imm(8)), Imm(0xFF)), small_sig)
+        middle = self.op("mul.lo.u32", self.op("and.b32", self.op("shr.u32", big_sig, Imm(8)), Imm(0xFF)),
+                         small_sig)
         low = self.op("mul.lo.u32", self.op("and.b32", big_sig, Imm(0xFF)), small_sig)
         middle = self.op("add.s32", middle, self.op("shr.u32", low, Imm(8)))
         top = self.op("add.s32", high, self.op("shr.u32", middle, Imm(8)))
-        bottom = self.op("and.b32", self.op("mul.lo.u32", big_sig, small_sig), Imm(0xFFFF))
-        return top, bottom, pe
+        bottom = self.op("shl.b32", self.op("mul.lo.u32", big_sig, small_sig), Imm(16))
+        return big, small, top, bottom, exponents
 
     def _normalise(self, sig, exponents, adjust: str) -> tuple:
         """A significand of at most 24 bits (a subnormal's, or 0) shifted until its leading bit is bit 23, by a
