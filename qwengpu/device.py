@@ -303,24 +303,23 @@ class Device:
         ...                 "fill<float>")
         """
         text = str(source)
-        expression = re.fullmatch(r"[A-Za-z_]\w*", name) is None      # "fill<float>", "ops::scale"
-        entries: dict[str, str] = {}        # a name expression's entry, from NVRTC
+        cuda = text                         # CUDA source: its path or its text (ptx_for takes either)
         if isinstance(source, Path) or (len(text) < 4096 and "\n" not in text and text.endswith((".cu", ".ptx"))):
-            path = Path(text)
-            if not path.exists():
+            cuda = Path(text)
+            if not cuda.exists():
                 raise MachineError(f"kernel source {text} does not exist")
-            if path.suffix == ".ptx":
-                ptx_text = path.read_text()
-            elif expression:
-                ptx_text, entries = compile_with_names(path.read_text(), (name,), name=path.name)
-            else:
-                ptx_text = ptx_for(path)
+            text = cuda.read_text()
+            if cuda.suffix == ".ptx":
+                cuda = None
         elif ".entry" in text:
+            cuda = None
+        entries: dict[str, str] = {}        # a name expression's entry ("fill<float>", "ops::scale"), from NVRTC
+        if cuda is None:
             ptx_text = text
-        elif expression:
-            ptx_text, entries = compile_with_names(text, (name,))
+        elif re.fullmatch(r"[A-Za-z_]\w*", name) is None:
+            ptx_text, entries = compile_with_names(text, (name,), name=getattr(cuda, "name", "kernel.cu"))
         else:
-            ptx_text = ptx_for(text)
+            ptx_text = ptx_for(cuda)
         module = parse(ptx_text, strict=False)     # another kernel of the file outside the subset is no concern here
         entry = entries.get(name) or _entry(module, name)
         if entry in module.refused:
@@ -435,18 +434,20 @@ class Device:
 
     def _check_reserved(self, kernel: Kernel, program: Program) -> None:
         """A block's __shared__ arrays and barrier or overlay state take the top words of memory: refuse a launch
-        whose words an allocation holds, before anything is fed."""
+        whose words an allocation holds, or that the host wrote outside any allocation, before anything is fed."""
         first, count = program.reserved
+        if not count:
+            return
         state = "overlay" if program.overlays else "barrier"
         where = (f"kernel {kernel.name} keeps its __shared__ arrays and {state} state in words {first}.."
                  f"{first + count - 1}")
         for start, size in sorted(self._allocations.items()):
-            if count and start < first + count and first < start + size:
+            if start < first + count and first < start + size:
                 raise MachineError(f"{where}, and allocation {start}..{start + size - 1} overlaps them (device "
                                    f"memory below word {first} is free for allocations)")
         allocated = {a for start, size in self._allocations.items() for a in range(start, start + size)}
         written = sorted(a for a in self._loose if first <= a < first + count and a not in allocated)
-        if count and written:
+        if written:
             raise MachineError(f"{where}, and the host wrote words {written[0]}..{written[-1]} there outside any "
                                "allocation (dev.write at a fixed address): the launch would overwrite them. Allocate "
                                "the data (dev.alloc) and the launch keeps clear of it")

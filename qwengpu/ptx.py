@@ -207,6 +207,11 @@ def _variable(line: int, text: str, values: str | None) -> Variable:
     return Variable(name, space, bytes(initial) + bytes(n * size - len(initial)))
 
 
+def _declared_name(text: str) -> str:
+    """The name a module-scope declaration declares: ``.global .align 4 .b8 table[20] = {...}`` -> ``table``."""
+    return text.split("=", 1)[0].split()[-1].split("[", 1)[0]
+
+
 def _declare(variables: dict, refused: dict, line: int, text: str, values: str | None, strict: bool) -> None:
     """Keep a module-scope variable; one outside the subset raises (strict) or is kept in ``refused`` by name, so a
     kernel that names it is refused with its error."""
@@ -217,7 +222,7 @@ def _declare(variables: dict, refused: dict, line: int, text: str, values: str |
     except PTXError as error:
         if strict:
             raise
-        refused[text.split("=", 1)[0].split()[-1].split("[", 1)[0]] = error
+        refused[_declared_name(text)] = error
         return
     if variable.name in variables:
         raise _err(line, f"module data {variable.name} is declared twice", text)
@@ -729,7 +734,7 @@ def parse(text: str, strict: bool = True) -> Module:
                     raise _err(line, f".shared {m.group(3)} is declared twice", stmt)
                 shared[m.group(3)] = None
                 continue
-            name = stmt.split("=", 1)[0].split()[-1].split("[", 1)[0]
+            name = _declared_name(stmt)
             if word == ".global" and term == ";" and "__nv_atomic_triv_cp_helper" in name:
                 # CUDA 13's atomicExch / atomicCAS headers declare a one-byte helper (``.global .align 1 .u8
                 # _ZN26__nv_atomic_triv_cp_helperIiE5__valE``) that no instruction uses: skipped (an instruction
