@@ -173,26 +173,30 @@ def evaluate(body: list, registers: dict[str, np.ndarray], n: int, trace: list |
 
 def float_kernel(opcode: str, operands: int | None = None, guard: bool = False,
                  literal: int | None = None) -> Kernel:
-    """One float instruction on registers %f1 (and %f2, or a literal), writing %f3 (cvt reads %r1)."""
+    """One float instruction on registers %f1 (and %f2, or a literal; an fma's c: %f4), writing %f3 (cvt reads
+    %r1)."""
     if operands is None:
-        operands = 1 if opcode.startswith(("sqrt", "rcp")) else 2
+        operands = 1 if opcode.startswith(("sqrt", "rcp")) else 3 if opcode.startswith(("fma", "mad")) else 2
     if opcode.startswith("cvt"):
         sources = (Reg("%r1"),)
     else:
-        sources = (Reg("%f1"), Reg("%f2") if literal is None else Imm(literal))[:operands]
+        sources = (Reg("%f1"), Reg("%f2") if literal is None else Imm(literal), Reg("%f4"))[:operands]
     text = f"{opcode} %f3, ..."
     body = [Instruction(opcode, (Reg("%f3"),) + sources, Reg("%p1") if guard else None, False, 3, text)]
     return Kernel("k", body=body, registers={"%f": "f32", "%r": "b32", "%p": "pred"})
 
 
-def run(opcode: str, a: np.ndarray, b: np.ndarray | None = None, literal: int | None = None) -> np.ndarray:
-    """The rewritten instructions of ``opcode`` evaluated on each (a, b)."""
+def run(opcode: str, a: np.ndarray, b: np.ndarray | None = None, literal: int | None = None,
+        c: np.ndarray | None = None) -> np.ndarray:
+    """The rewritten instructions of ``opcode`` evaluated on each (a, b) (or (a, b, c) for an fma)."""
     kernel = as_integers(float_kernel(opcode, literal=literal))
     a = np.asarray(a, dtype=U32)
     n = len(a)
     registers = {"%r1": a} if opcode.startswith("cvt") else {"%f1": a}
     if b is not None:
         registers["%f2"] = np.asarray(b, dtype=U32)
+    if c is not None:
+        registers["%f4"] = np.asarray(c, dtype=U32)
     registers["%f3"] = np.full(n, 0x5A5A5A5A, dtype=U32)
     return evaluate(kernel.body, registers, n)["%f3"]
 
@@ -435,14 +439,6 @@ def fused(mode: str, a, b, c) -> np.ndarray:
     return np.array(out, dtype=U32)
 
 
-def run_fused(opcode: str, a, b, c) -> np.ndarray:
-    body = [Instruction(opcode, (Reg("%f4"), Reg("%f1"), Reg("%f2"), Reg("%f3")), None, False, 3, "x")]
-    kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32"}))
-    n = len(a)
-    words = {"%f1": np.asarray(a, U32), "%f2": np.asarray(b, U32), "%f3": np.asarray(c, U32), "%f4": np.zeros(n, U32)}
-    return evaluate(kernel.body, words, n)["%f4"]
-
-
 @pytest.mark.parametrize("mode", ["rn", "rz", "rm", "rp"])
 def test_fused_multiply_add(mode):
     """fma.f32 (fmaf, __fmaf_rz, ...): random triples of edge values, random floats of mixed scale and bits, and c
@@ -460,7 +456,7 @@ def test_fused_multiply_add(mode):
     a, b = np.tile(a, 4), np.tile(b, 4)
     c = np.concatenate([c, product ^ U32(SIGN_BIT), (product ^ U32(SIGN_BIT)) + U32(1),
                         half_ulp | (rng.integers(0, 2, len(product)).astype(U32) << U32(31))])
-    np.testing.assert_array_equal(run_fused(f"fma.{mode}.f32", a, b, c), fused(mode, a, b, c))
+    np.testing.assert_array_equal(run(f"fma.{mode}.f32", a, b, c=c), fused(mode, a, b, c))
 
 
 def test_fmaf_launched():
