@@ -775,38 +775,44 @@ class _Rewriter:
                 v = self.where(below, "shl.b32", v, v, Imm(k))
             lead = self.where(below, "add.s32", lead, lead, Imm(k))
         normal = self.op("shl.b32", total, lead)
-        rounded = self._round(normal, 7, mode, sign)
+        toward = self._toward(mode, sign)
+        rounded = self._round(normal, 7, mode, toward)
         # (exponent - lead) << 23 plus the rounded significand, whose hidden bit adds one to the exponent; an
         # infinite or NaN operand (its exponent field all ones) gives infinity, a NaN's sign word makes it the NaN
         infinite = self.op("setp.ge.u32", big_exp, Imm(INFINITY))
         magnitude = self.op("add.s32", self.op("sub.s32", big_exp, self.op("shl.b32", lead, Imm(23))), rounded)
-        magnitude = self.op("min.u32", magnitude, self._overflow(mode, sign))
+        magnitude = self.op("min.u32", magnitude, self._overflow(mode, toward))
         magnitude = self.where(infinite, "mov.b32", magnitude, Imm(INFINITY))
         self.op("or.b32", magnitude, sign, dst=dst)
         self.where(self.op("setp.eq.u32", sign, Imm(1)), "mov.b32", dst, Imm(SIGN if mode == "rm" else 0))
 
-    def _round(self, x, bits: int, mode: str, sign=None):
+    def _toward(self, mode: str, sign):
+        """For rounding toward minus / plus infinity (``rm`` / ``rp``): the predicate that the result's sign (bit 31
+        of the word ``sign``) is that infinity's, which ``_round`` and ``_overflow`` read; None for the others."""
+        if mode not in ("rm", "rp"):
+            return None
+        return self.op("setp.lt.s32" if mode == "rm" else "setp.ge.s32", sign, Imm(0))
+
+    def _round(self, x, bits: int, mode: str, toward=None):
         """The magnitude x >> bits rounded by ``mode``: to nearest even (``rn``), toward zero (``rz``: the bits cut),
-        toward minus / plus infinity (``rm`` / ``rp``: one more where bits are cut and the result's sign, bit 31 of
-        the word ``sign``, is that infinity's). x + 2^bits must not overflow."""
+        toward minus / plus infinity (``rm`` / ``rp``: one more where bits are cut and ``toward``, ``_toward``'s
+        predicate, holds). x + 2^bits must not overflow."""
         if mode == "rn":
             return self._round_nearest_even(x, bits)
         truncated = self.op("shr.u32", x, Imm(bits))
         if mode == "rz":
             return truncated
         inexact = self.op("setp.ne.u32", self.op("and.b32", x, Imm((1 << bits) - 1)), Imm(0))
-        toward = self.op("setp.lt.s32" if mode == "rm" else "setp.ge.s32", sign, Imm(0))
         return self.where(self.op("and.pred", inexact, toward), "add.s32", truncated, truncated, Imm(1))
 
-    def _overflow(self, mode: str, sign=None):
+    def _overflow(self, mode: str, toward=None):
         """The largest magnitude a finite result rounds to: infinity, except toward zero, and toward the infinity
-        of the other sign (``sign``'s bit 31: the result's), where a result too large gives the largest finite
-        float 0x7f7fffff."""
+        of the other sign (``toward`` false: ``_toward``), where a result too large gives the largest finite float
+        0x7f7fffff."""
         if mode == "rn":
             return Imm(INFINITY)
         if mode == "rz":
             return Imm(LARGEST)
-        toward = self.op("setp.lt.s32" if mode == "rm" else "setp.ge.s32", sign, Imm(0))
         return self.op("selp.b32", Imm(INFINITY), Imm(LARGEST), toward)
 
     def _round_nearest_even(self, x, bits: int):
@@ -993,13 +999,14 @@ class _Rewriter:
         aligned = self.op("shr.u32", top, shift)
         inexact = self.op("setp.ne.u32", self.op("shl.b32", aligned, shift), top)
         aligned = self.where(inexact, "or.b32", aligned, aligned, Imm(1))
-        rounded = self._round(aligned, 7, mode, sign)
+        toward = self._toward(mode, sign)
+        rounded = self._round(aligned, 7, mode, toward)
         # (biased exponent - 1) << 23 plus the rounded significand (its hidden bit adds the 1): the biased exponent
         # is exponents + carry - 126 where that is 1 or more, else 1 with no hidden bit; in both cases
         # exponents + shift - 127 is the field
         field = self.op("shl.b32", self.op("add.s32", exponents, shift), Imm(23))
         magnitude = self.op("add.s32", self.op("add.s32", field, rounded), Imm(-(127 << 23) & WORD))
-        return self.op("min.u32", magnitude, self._overflow(mode, sign))
+        return self.op("min.u32", magnitude, self._overflow(mode, toward))
 
     def _finish(self, dst: Reg, magnitude, big, small, sign) -> None:
         """dst = the magnitude with the sign, where big / small (the larger and the smaller of two magnitudes) are
