@@ -434,7 +434,8 @@ class Device:
 
     def _check_reserved(self, kernel: Kernel, program: Program) -> None:
         """A block's __shared__ arrays and barrier or overlay state take the top words of memory: refuse a launch
-        whose words an allocation holds, or that the host wrote outside any allocation, before anything is fed."""
+        whose words an allocation holds, that the host wrote outside any allocation, or that peers store into (the
+        router's apertures), before anything is fed."""
         first, count = program.reserved
         if not count:
             return
@@ -445,6 +446,15 @@ class Device:
             if start < first + count and first < start + size:
                 raise MachineError(f"{where}, and allocation {start}..{start + size - 1} overlaps them (device "
                                    f"memory below word {first} is free for allocations)")
+        if self.router is not None:
+            # Peers store into their apertures' words whenever they run (a transport's FIFOs and flags, never
+            # allocated on this device): block state there would be overwritten, and would overwrite them.
+            shared = [a for a in range(first, first + count) if self.router.route(a) is not None]
+            if shared:
+                raise MachineError(f"{where}, and peers store into words {shared[0]}..{shared[-1]} ("
+                                   f"{self.router.route(shared[0])}): the launch would overwrite them. Keep the "
+                                   "kernel within the ROM and without __shared__ arrays or __syncthreads, or "
+                                   "give the transport fewer words")
         allocated = {a for start, size in self._allocations.items() for a in range(start, start + size)}
         written = sorted(a for a in self._loose if first <= a < first + count and a not in allocated)
         if written:

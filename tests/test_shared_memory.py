@@ -214,6 +214,26 @@ def test_a_launch_whose_shared_words_are_allocated_is_refused_untouched():
     np.testing.assert_array_equal(dev.read(0, SINK), before)
 
 
+def test_a_launch_whose_shared_words_peers_store_into_is_refused_untouched():
+    """A transport's FIFOs and flags are never allocated on the device (peers' stores land there whenever they run):
+    block state over an aperture's words is refused naming it; below the state the same launch runs."""
+    from transports.qlink.aperture import Aperture, Router
+    dev = Device(router=Router([Aperture(90, 115, (1,), name="ring.fifo")]))
+    data = dev.alloc(8)
+    dev.write(data, np.arange(8))
+    before, tokens = dev.read(0, SINK), len(dev.tokens)
+    with pytest.raises(MachineError, match=r"words 111\.\.126, and peers store into words 111\.\.114 \(aperture "
+                                           r"ring\.fifo \[90, 115\) -> rank 1\)"):
+        dev.launch(kernel(dev, "block_sum"), threads=8, args=[data, data])
+    assert len(dev.tokens) == tokens and not dev.busy
+    np.testing.assert_array_equal(dev.read(0, SINK), before)
+    below = Device(router=Router([Aperture(90, 111, (1,), name="ring.fifo")]))
+    out, x = below.alloc(1), below.alloc(8)
+    below.write(x, np.arange(8))
+    below.launch(kernel(below, "block_sum"), threads=8, args=[out, x])
+    assert below.read(out, 1)[0] == np.arange(8).sum()
+
+
 def test_too_many_threads_for_the_barrier_state_names_the_words():
     dev = Device()
     with pytest.raises(MachineError, match=r"kernel block_sum with 120 threads needs 128 words of block memory \(8 of "
