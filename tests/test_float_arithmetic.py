@@ -828,8 +828,8 @@ def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
     ("rsqrt.approx.f32", r"a reciprocal square root of floats is only approximate in PTX"),
     ("ex2.approx.f32", r"a power of two of floats is only approximate"),
     ("cvt.rz.f32.s32", r"of the conversions of float32, .*other roundings .* are not built"),
-    ("cvt.rn.f32.s64", r"conversions from or to 64-bit or 16-bit types .* are not built"),
-    ("cvt.rni.s64.f32", r"conversions from or to 64-bit or 16-bit types"),
+    ("cvt.rn.f32.s64", r"conversions from or to 64-bit types or half .* are not built"),
+    ("cvt.rni.s64.f32", r"conversions from or to 64-bit types or half"),
     ("cvt.rmi.s32.f32", r"\.rmi / \.rpi to an int\) are not built"),
     ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
     ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),
@@ -938,6 +938,44 @@ def test_rounding_to_nearest_launched():
         np.testing.assert_array_equal(got[0], canonical(np.rint(f32(a))))
     np.testing.assert_array_equal(got[1], _nearest_int(a, -2 ** 31, 2 ** 31 - 1))
     np.testing.assert_array_equal(got[2], _nearest_int(a, 0, 2 ** 32 - 1))
+
+
+NARROW_CU = r"""
+// (float) of a short, an unsigned short, a signed and an unsigned char: NVRTC converts the 16-bit register
+// (cvt.rn.f32.s16 / u16), the char sign- or zero-extended into it by its load
+extern "C" __global__ void narrow(float *y, const short *s, const unsigned short *us, const signed char *c,
+                                  const unsigned char *uc)
+{
+    unsigned i = threadIdx.x;
+    y[i] = (float)s[i];
+    y[i + 8] = us[i] * 0.5f;
+    y[i + 16] = c[i];
+    y[i + 24] = uc[i] / 255.0f;
+}
+"""
+
+
+def test_narrow_integers_to_float_launched():
+    """The first kernel that reads bytes as floats (pixels / 255.0f): chars and shorts of every sign and the
+    extremes of each type, converted on the interpreter, equal numpy's float32 arithmetic on the same values."""
+    dev = Device(backend="interpreter")
+    kernel = dev.load_kernel(compile_cuda(NARROW_CU), "narrow")
+    rng = np.random.default_rng(9)
+    y, s, us, c, uc = dev.alloc(32), dev.alloc(4), dev.alloc(4), dev.alloc(2), dev.alloc(2)
+    rounds = [(np.array([-32768, -1, 0, 1, 32767, -129, 128, 255], np.int16),
+               np.array([0, 1, 65535, 32768, 32767, 255, 256, 3], np.uint16),
+               np.array([-128, -1, 0, 1, 127, -2, 64, -65], np.int8),
+               np.array([0, 1, 255, 128, 127, 254, 17, 200], np.uint8))]
+    rounds += [(rng.integers(-32768, 32768, 8).astype(np.int16), rng.integers(0, 65536, 8).astype(np.uint16),
+                rng.integers(-128, 128, 8).astype(np.int8), rng.integers(0, 256, 8).astype(np.uint8))
+               for _ in range(2)]
+    for shorts, ushorts, chars, uchars in rounds:
+        for address, values in ((s, shorts), (us, ushorts), (c, chars), (uc, uchars)):
+            dev.write(address, values.view(np.int32))
+        dev.launch(kernel, threads=8, args=[y, s, us, c, uc])
+        expect = np.concatenate([shorts.astype(np.float32), ushorts.astype(np.float32) * np.float32(0.5),
+                                 chars.astype(np.float32), uchars.astype(np.float32) / np.float32(255)])
+        np.testing.assert_array_equal(dev.read(y, 32).view(U32), expect.view(U32))
 
 
 DIRECTED_CU = r"""

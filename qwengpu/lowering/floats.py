@@ -91,6 +91,7 @@ SMALLEST_NORMAL_VALUE = 2.0 ** -126
 WORD = 0xFFFFFFFF
 CANONICAL_NAN = 0x7FFFFFFF      # what NVIDIA's float unit writes for a NaN result
 LARGEST = 0x7F7FFFFF            # the largest finite magnitude
+NARROW_INTEGERS = ("s16", "u16", "s8", "u8")     # sources of (float)c a char or short register holds
 # Keys of the total order (x ^ ((x >> 31) >>> 1), signed) below and above every float: a NaN operand of max / min
 # takes one of them, so the other operand wins.
 BELOW_ALL, ABOVE_ALL = 0x80000000, 0x7FFFFFFF
@@ -576,8 +577,8 @@ class _Rewriter:
     # -- conversions that need no rounding of a sum: truncf / floorf / ceilf, and (int) / (unsigned) of a float ----
     def _cvt(self, inst: Instruction) -> None:
         """cvt.rzi / rmi / rpi .f32.f32 (truncf, floorf, ceilf) and cvt.rzi.s32 / u32 .f32 ((int)x, (unsigned)x):
-        bit work on the exponent and the fraction; cvt.rn.f32.s32 / u32 ((float)i): _from_integer. Other conversions
-        are refused."""
+        bit work on the exponent and the fraction; cvt.rn.f32.s32 / u32 ((float)i) and of the narrow integers
+        (s16 / u16 / s8 / u8, widened first): _from_integer. Other conversions are refused."""
         mods = inst.modifiers
         dst, (x,) = self._operands(inst, 1)
         if mods in (("rzi", "f32", "f32"), ("rmi", "f32", "f32"), ("rpi", "f32", "f32")):
@@ -588,13 +589,21 @@ class _Rewriter:
             self._to_integer(dst, x, signed=mods[1] == "s32", nearest=mods[0] == "rni")
         elif mods in (("rn", "f32", "s32"), ("rn", "f32", "u32")):
             self._from_integer(dst, x, signed=mods[2] == "s32")
+        elif mods[0] in ("rzi", "rni") and mods[1] in NARROW_INTEGERS and mods[2] == "f32":
+            self._to_narrow_integer(dst, x, mods[1], nearest=mods[0] == "rni")
+        elif mods[:2] == ("rn", "f32") and mods[2] in NARROW_INTEGERS:
+            # (float) of a char or short (NVRTC: cvt.rn.f32.s16 / u16 of its 16-bit register): widened by the
+            # integer lowering's own cvt, then converted as an int (exact: 16 bits fit the significand)
+            signed = mods[2].startswith("s")
+            wide = self.emit(f"cvt.{'s' if signed else 'u'}32.{mods[2]}", x)
+            self._from_integer(dst, wide, signed=signed)
         else:
             raise _refuse(inst, "the machine has no floating point: of the conversions of float32, cvt.rzi / rmi / "
-                                "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rni .s32 / .u32 .f32 "
-                                "((int)x, (unsigned)x, __float2int_rn, __float2uint_rn) and cvt.rn.f32.s32 / u32 (int "
-                                "to float) run; conversions from or to 64-bit or 16-bit types (double, long long, "
-                                "half, lrintf), to narrow ints, and other roundings (.rz / .rm / .rp to a float, "
-                                ".rmi / .rpi to an int) are not built (qwengpu/KERNELS.md)")
+                                "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rni to .s32 / .u32 / "
+                                ".s16 / .u16 / .s8 / .u8 ((int)x, (unsigned)x, __float2int_rn, __float2uint_rn) and "
+                                "cvt.rn.f32 of those (int, short or char to float) run; conversions from or to 64-bit "
+                                "types or half (double, long long, half, lrintf) and other roundings (.rz / .rm / .rp "
+                                "to a float, .rmi / .rpi to an int) are not built (qwengpu/KERNELS.md)")
 
     def _exponent_shift(self, magnitude) -> Reg:
         """150 - exponent: how many of the 23 fraction bits lie below the units (<= 0: none, the float is an
@@ -674,6 +683,20 @@ class _Rewriter:
             self.replace_where(dst, Imm(WORD), self.emit("setp.ge.u32", magnitude, Imm(0x4F800000)))   # >= 2^32
             self.replace_where(dst, Imm(0), negative)
         self.replace_where(dst, Imm(0), self.is_nan(magnitude))
+
+    def _to_narrow_integer(self, dst: Reg, x, kind: str, nearest: bool) -> None:
+        """PTX's cvt.rzi / rni .s16 / u16 / s8 / u8 .f32: as to an int, then saturated to the narrow type's range
+        (PTX saturates every float-to-integer conversion to its destination type; NVRTC writes C's (short)x through
+        an int instead, whose low bits the store keeps), narrowed by the integer lowering's own cvt."""
+        signed, bits = kind.startswith("s"), int(kind[1:])
+        wide = self.temp()
+        self._to_integer(wide, x, signed=signed, nearest=nearest)
+        if signed:
+            low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+            wide = self.emit("min.s32", self.emit("max.s32", wide, Imm(low & WORD)), Imm(high))
+        else:       # a negative float is 0 already
+            wide = self.emit("min.u32", wide, Imm((1 << bits) - 1))
+        self.emit(f"cvt.{kind}.{kind[0]}32", wide, dst=dst)
 
     # -- arithmetic that rounds: add, sub, mul, int to float -----------------------------------------------------------
     # Straight-line integer code (no branches: a float op is a few dozen of the machine's ops either way, and every
