@@ -34,7 +34,7 @@ from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
 from .lowering import Program
 from .specialize import Specializer
 from .ptx import parse
-from .toolchain import compile_with_names, ptx_for
+from .toolchain import compile_with_names, ptx_for, source_lines
 
 MAX_THREADS = 1024
 MAX_BLOCKS = 1024
@@ -58,6 +58,28 @@ def make_backend(backend: str, **options):
 PROGRAM_CACHE = 64        # program shapes kept per kernel (least recently launched dropped first)
 
 
+@dataclass(frozen=True)
+class CudaOrigin:
+    """The CUDA source a kernel's PTX was compiled from (its text, file name and NVRTC name expressions), so that
+    a refusal can name the user's line, not only the PTX's."""
+    text: str
+    name: str
+    expressions: tuple[str, ...] = ()
+
+    def locate(self, error: MachineError, ptx: str) -> MachineError:
+        """``error`` with the CUDA line its PTX line came from added (``kernel.cu line 4: y[i] = 2.0 * x[i];``),
+        where NVRTC's line information has one; else ``error`` itself."""
+        if error.line is None:
+            return error
+        line = source_lines(self.text, ptx, self.name, self.expressions).get(error.line)
+        code = self.text.splitlines()
+        if line is None or line > len(code):
+            return error
+        text = code[line - 1].strip()
+        text = text if len(text) <= 100 else text[:97] + "..."
+        return type(error)(f"{error}\n  from {self.name} line {line}: {text}", line=error.line)
+
+
 @dataclass
 class Kernel:
     """A kernel loaded on a device: its parsed PTX, lowered per launch configuration (arguments are bound as
@@ -78,6 +100,7 @@ class Kernel:
     source: str
     fixed: Program | None = field(default=None, repr=False)
     variables: dict[str, int] = field(default_factory=dict)     # __device__ / __constant__ variable -> word
+    cuda: CudaOrigin | None = field(default=None, repr=False)     # the CUDA it was compiled from, if it was
     _programs: Specializer | None = field(default=None, repr=False)
 
     @classmethod
@@ -99,8 +122,13 @@ class Kernel:
             return self.fixed
         if self._programs is None:
             self._programs = Specializer(self.ptx, PROGRAM_CACHE, self.variables)
-        return self._programs.program(args, threads, block=block, blocks=blocks, shared=shared,
-                                      block_shape=shape, grid_shape=grid)
+        try:
+            return self._programs.program(args, threads, block=block, blocks=blocks, shared=shared,
+                                          block_shape=shape, grid_shape=grid)
+        except MachineError as error:
+            if self.cuda is None:
+                raise
+            raise self.cuda.locate(error, self.source) from None
 
     def arguments(self, args: Sequence) -> tuple[int, ...]:
         """Launch arguments as the words the lowering binds: integers as they are; for a ``float`` parameter
@@ -322,11 +350,13 @@ class Device:
             ptx_text = ptx_for(cuda)
         module = parse(ptx_text, strict=False)     # another kernel of the file outside the subset is no concern here
         entry = entries.get(name) or _entry(module, name)
+        origin = None if cuda is None else CudaOrigin(text, getattr(cuda, "name", "kernel.cu"), tuple(entries))
         if entry in module.refused:
-            raise module.refused[entry]
+            error = module.refused[entry]
+            raise (error if origin is None else origin.locate(error, ptx_text)) from None
         ptx = module.kernels[entry]
         used = console.rewrite(ptx)[0].variables        # a printf's format string takes no words of memory
-        return Kernel(name, ptx, ptx_text, variables=self._place(name, ptx_text, used))
+        return Kernel(name, ptx, ptx_text, variables=self._place(name, ptx_text, used), cuda=origin)
 
     def _place(self, kernel: str, module: str, variables: dict) -> dict[str, int]:
         """Words for the ``__device__`` / ``__constant__`` variables a kernel names, written with their initial

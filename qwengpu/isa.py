@@ -35,7 +35,12 @@ EXIT = 63                   # branch target that ends the warp
 
 
 class MachineError(Exception):
-    """A kernel or a launch broke a limit of the machine (the message names the value and the limit)."""
+    """A kernel or a launch broke a limit of the machine (the message names the value and the limit). ``line``: the
+    PTX line of the instruction refused, where there is one (the device names the CUDA source line it came from)."""
+
+    def __init__(self, message: str = "", line: int | None = None):
+        super().__init__(message)
+        self.line = line
 
 
 def _s(x: int) -> int:

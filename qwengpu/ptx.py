@@ -230,7 +230,7 @@ def _declare(variables: dict, refused: dict, line: int, text: str, values: str |
 
 
 def _err(line: int, msg: str, text: str) -> PTXError:
-    return PTXError(f"line {line}: {msg}: {text.strip()!r}")
+    return PTXError(f"line {line}: {msg}: {text.strip()!r}", line=line)
 
 
 def _strip_comments(text: str) -> str:
@@ -300,8 +300,10 @@ def _parse_int(s: str, line: int, text: str) -> int:
     s = s.strip()
     if _FLOAT.match(s):
         kind = "a float64" if s.lstrip("-")[:2] in ("0d", "0D") else "a decimal float"
+        hint = ("; in CUDA, write 2.0f: C reads 2.0 or 1e-3 as a double and computes the expression in double"
+                if kind == "a float64" else "")
         raise _err(line, f"float immediate {s} is not supported ({kind} literal: the machine's words are 32 bits, "
-                         "and of floats only float32 literals, 0f and eight hex digits, are read)", text)
+                         f"and of floats only float32 literals, 0f and eight hex digits, are read{hint})", text)
     m = _INT.match(s)
     if not m:
         raise _err(line, f"bad integer {s!r}", text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,8 +126,46 @@ def compile_with_names(source: str, expressions: tuple[str, ...], name: str = "k
     return _compile(source, name, arch, tuple(expressions))
 
 
-def _compile(source: str, name: str, arch: str, expressions: tuple[str, ...]) -> tuple[str, dict[str, str]]:
-    key = (source, name, arch, expressions)
+def source_lines(source: str, ptx: str, name: str = "kernel.cu", expressions: tuple[str, ...] = (),
+                 arch: str = ARCH) -> dict[int, int]:
+    """The line of ``source`` each line of ``ptx`` (what ``compile_cuda`` / ``compile_with_names`` made of it) was
+    compiled from: NVRTC compiles it again with ``--generate-line-info``, whose ``.loc`` directives mark the
+    source line of the instructions after them; the rest of that PTX is the same text. Only lines of ``source``
+    itself (not of the headers it includes) are given; {} where the texts differ (a checked-in .ptx). A refusal is
+    where it is asked for, so the PTX users compile stays free of line information (and of this machine's path)::
+
+        lines = source_lines(src, compile_cuda(src))
+        lines[error.line]       # the CUDA line of the PTX instruction a MachineError names
+    """
+    annotated, _ = _compile(source, name, arch, tuple(expressions), line_info=True)
+    files: dict[str, str] = {}
+    for match in re.finditer(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', annotated, re.M):
+        files[match.group(1)] = match.group(2)
+    own = {number for number, path in files.items() if Path(path).name == Path(name).name}
+    plain = [line.rstrip() for line in ptx.splitlines()]
+    lines: dict[int, int] = {}
+    at = None
+    kept = []
+    for text in annotated.splitlines():
+        loc = re.match(r"\s*\.loc\s+(\d+)\s+(\d+)", text)
+        if loc:
+            at = int(loc.group(2)) if loc.group(1) in own and int(loc.group(2)) > 0 else None
+            continue
+        if re.match(r"\s*\.file\s", text):
+            continue
+        if at is not None:
+            lines[len(kept) + 1] = at
+        kept.append(text.rstrip())
+    while kept and not kept[-1]:
+        kept.pop()
+    while plain and not plain[-1]:
+        plain.pop()
+    return lines if kept == plain else {}
+
+
+def _compile(source: str, name: str, arch: str, expressions: tuple[str, ...],
+             line_info: bool = False) -> tuple[str, dict[str, str]]:
+    key = (source, name, arch, expressions, line_info)
     if key in _cache:
         return _cache[key]
     lib = _load()
@@ -137,7 +176,7 @@ def _compile(source: str, name: str, arch: str, expressions: tuple[str, ...]) ->
         for expression in expressions:
             _check(lib, lib.nvrtcAddNameExpression(prog, expression.encode()), f"name expression {expression!r}")
         opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"--fmad=false",
-                f"--include-path={INCLUDE}".encode()]
+                f"--include-path={INCLUDE}".encode()] + ([b"--generate-line-info"] if line_info else [])
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc != 0:

@@ -212,3 +212,66 @@ def test_name_expressions_instantiate_templates_and_name_namespaced_kernels():
     np.testing.assert_array_equal(dev.read(y, 4), [6] * 4)
     with pytest.raises(CompileError, match='identifier "nope" is undefined'):
         dev.load_kernel(src, "fill<nope>")
+
+
+# A refusal names the CUDA line the refused PTX instruction came from (NVRTC's line information, asked for then).
+LOCATED = """extern "C" __global__ void scale(float *y, const float *x, int n)
+{
+    int i = threadIdx.x;
+    if (i < n)
+        y[i] = 0.1 * x[i];
+}
+
+extern "C" __global__ void total(unsigned long long *sum, const int *x)
+{
+    int i = threadIdx.x;
+    int v = x[i] * 3;
+    atomicAdd(sum, (unsigned long long)v);
+}
+"""
+
+
+@needs_nvrtc
+def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
+    """The double literal (refused by the parser, at load) and the 64-bit atomic (refused by the lowering, at
+    launch) each name their own source line and its text; the PTX line stays the error's ``line``. The PTX users
+    compile carries no line information."""
+    from qwengpu import Device, MachineError
+    from qwengpu.ptx import PTXError
+    dev = Device()
+    with pytest.raises(PTXError, match=r"write 2\.0f.*\n  from kernel\.cu line 5: y\[i\] = 0\.1 \* x\[i\];$"
+                       ) as refused:
+        dev.load_kernel(LOCATED, "scale")
+    assert "f64" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1]
+    kernel = dev.load_kernel(LOCATED, "total")
+    sum_, x = dev.alloc(2), dev.alloc(4)
+    tokens = len(dev.tokens)
+    with pytest.raises(MachineError, match=r"64-bit access .*\n  from kernel\.cu line 12: atomicAdd\(sum, \(unsigned "
+                                           r"long long\)v\);$") as refused:
+        dev.launch(kernel, threads=4, args=[sum_, x])
+    assert "atom" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
+    path = tmp_path / "reduce.cu"
+    path.write_text(LOCATED)
+    with pytest.raises(PTXError, match=r"\n  from reduce\.cu line 5: "):
+        Device().load_kernel(path, "scale")
+    assert ".loc" not in compile_cuda(LOCATED) and ".file" not in compile_cuda(LOCATED)
+
+
+@needs_nvrtc
+def test_source_lines_map_each_statement_and_only_the_ptx_compiled_from_the_source():
+    """Every line the map gives lies in the kernel it belongs to, and each store lands on the line that writes
+    it; another PTX text (a checked-in file edited by hand) gets no map rather than a wrong one."""
+    source = ('extern "C" __global__ void k(int *y, const int *x)\n'
+              '{\n'
+              '    int i = threadIdx.x;\n'
+              '    y[i] = x[i] + 1;\n'
+              '    y[i + 4] = x[i] * 5;\n'
+              '}\n')
+    ptx = compile_cuda(source)
+    lines = toolchain.source_lines(source, ptx)
+    text = ptx.splitlines()
+    stores = [(number, lines.get(number)) for number, line in enumerate(text, 1) if "st.global" in line]
+    assert [line for _, line in stores] == [4, 5]
+    assert set(lines.values()) <= set(range(1, 7))
+    edited = ptx.replace("st.global.u32", "st.global.b32", 1)
+    assert toolchain.source_lines(source, edited) == {}

@@ -72,7 +72,7 @@ class AddressOps:
             else:
                 raise MachineError(f"line {inst.line}: a byte offset of {factor} x a machine value is not a whole "
                                    f"number of words; byte-granular addresses must be known at launch (from the "
-                                   f"thread index and arguments): {inst.text}")
+                                   f"thread index and arguments): {inst.text}", line=inst.line)
         else:
             raise unsupported(inst, "this instruction cannot compute an address")
 

@@ -119,7 +119,7 @@ class ArithmeticOps:
     def _need_fits(self, bits: int) -> None:
         if bits > 32:
             raise MachineError(f"line {self.inst.line}: a 64-bit {self.inst.base} depends on the high word, which "
-                               f"the machine's 32-bit registers do not hold: {self.inst.text}")
+                               f"the machine's 32-bit registers do not hold: {self.inst.text}", line=self.inst.line)
 
     # Each _op_<base>(read, dst) builds one PTX instruction from machine ops.
     def _op_mov(self, read, dst):

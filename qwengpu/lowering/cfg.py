@@ -53,7 +53,7 @@ def basic_blocks(kernel) -> list[BasicBlock]:
         else:
             target = term.operands[0]
             if not isinstance(target, Label) or target.name not in label_index:
-                raise MachineError(f"line {term.line}: branch to an unknown label: {term.text}")
+                raise MachineError(f"line {term.line}: branch to an unknown label: {term.text}", line=term.line)
             b.successors = [label_index[target.name]] + (fall if term.guard is not None else [])
     return blocks
 

@@ -276,11 +276,11 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             byte = to_signed(value.value, 64)
             if byte % 4:
                 raise MachineError(f"line {inst.line}: {what} {byte} is not a multiple of 4 (word aligned): "
-                                   f"{inst.text}")
+                                   f"{inst.text}", line=inst.line)
             return Const((byte // 4) & MASK32)
         if value.coef % 4 or value.offset % 4:
             raise MachineError(f"line {inst.line}: {what} {value.coef}*tid{value.offset:+d} is not word aligned: "
-                               f"{inst.text}")
+                               f"{inst.text}", line=inst.line)
         return Affine(value.coef // 4, value.offset // 4)
 
     def src(self, read, i: int) -> tuple:
@@ -293,7 +293,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             # stored to memory stays refused (the machine keeps no pointers in its words).
             if self.inst.base in ("st", "atom", "red"):
                 raise MachineError(f"line {self.inst.line}: {operand.name} holds an address and is stored here as "
-                                   f"a value (pointers are not kept in memory): {self.inst.text}")
+                                   f"a value (pointers are not kept in memory): {self.inst.text}", line=self.inst.line)
             if value == DYNAMIC:
                 if operand.name in self.bytes:
                     return (operand.name, 0)
@@ -312,7 +312,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         if isinstance(operand, Reg) and operand.name in self.addresses:
             return (operand.name, 0)
         raise MachineError(f"line {self.inst.line}: {operand} is used as an address but holds a plain value: "
-                           f"{self.inst.text}")
+                           f"{self.inst.text}", line=self.inst.line)
 
     def byte_operand(self, read, operand) -> tuple:
         """An operand of address arithmetic kept in bytes (self.bytes): known values as they are, a word-kept
@@ -325,7 +325,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         if isinstance(operand, Reg) and operand.name in self.addresses:
             return (self.op("shl", (operand.name, 0), (None, 2)), 0)
         raise MachineError(f"line {self.inst.line}: {operand} is used as an address but holds a plain value: "
-                           f"{self.inst.text}")
+                           f"{self.inst.text}", line=self.inst.line)
 
     def address(self, read, mem: Mem) -> tuple[tuple, int | str]:
         """A memory operand as (word address operand, byte within the word); where the byte is known only to the
@@ -336,7 +336,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             if isinstance(symbol, Affine):                          # ``[depot+4]``: each thread's own .local word
                 if symbol.coef % 4 or (symbol.offset + mem.offset) % 4:
                     raise MachineError(f"line {inst.line}: a .local access at byte {mem.offset} is not within a "
-                                       f"word: {inst.text}")
+                                       f"word: {inst.text}", line=inst.line)
                 return self.value_operand(None, Affine(symbol.coef // 4, (symbol.offset + mem.offset) // 4)), 0
             byte = symbol + mem.offset      # ``[s+4]``: a .shared array's word
             return (None, (byte // 4) & MASK32), byte % 4
@@ -358,7 +358,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             return self.value_operand(None, self.word_value(base, "address")), shifted.offset % 4
         if mem.base.name not in self.addresses:
             raise MachineError(f"line {inst.line}: {mem.base.name} is not an address the machine can use: "
-                               f"{inst.text}")
+                               f"{inst.text}", line=inst.line)
         if mem.base.name in self.bytes:
             # A byte address computed at run time: the word is byte >> 2, the field's shift (byte & 3) * 8 (a
             # 32-bit access is aligned, as on a GPU, so it needs no shift).

@@ -91,6 +91,9 @@ SMALLEST_NORMAL_VALUE = 2.0 ** -126
 WORD = 0xFFFFFFFF
 CANONICAL_NAN = 0x7FFFFFFF      # what NVIDIA's float unit writes for a NaN result
 LARGEST = 0x7F7FFFFF            # the largest finite magnitude
+# What to write instead of a double, which the first float kernels hold by accident: C reads 2.0 as a double.
+DOUBLE_HINT = ("; a double is 64 bits, which the machine's words do not hold: write float, and 2.0f for a literal "
+               "(C reads 2.0 or 1e-3 as a double and computes the expression in double)")
 NARROW_INTEGERS = ("s16", "u16", "s8", "u8")     # sources of (float)c a char or short register holds
 # Keys of the total order (x ^ ((x >> 31) >>> 1), signed) below and above every float: a NaN operand of max / min
 # takes one of them, so the other operand wins.
@@ -202,7 +205,7 @@ def as_integers(kernel: Kernel) -> Kernel:
 
 
 def _refuse(inst: Instruction, why: str) -> MachineError:
-    return MachineError(f"unsupported PTX instruction at line {inst.line} ({why}): {inst.text}")
+    return MachineError(f"unsupported PTX instruction at line {inst.line} ({why}): {inst.text}", line=inst.line)
 
 
 def _refusal(base: str) -> str:
@@ -299,8 +302,8 @@ class _Rewriter:
         floats = _float_types(inst)
         if set(floats) != {"f32"}:
             kinds = ", ".join(f".{t}" for t in floats if t != "f32")
-            raise _refuse(inst, f"the machine has no floating point; of the float types only .f32 moves, compares, "
-                                f"min / max, neg / abs / copysign and testp run, not {kinds}")
+            raise _refuse(inst, f"the machine has no floating point; of the float types only .f32 runs (its "
+                                f"arithmetic as integer ops), not {kinds}" + (DOUBLE_HINT if "f64" in floats else ""))
         if "ftz" in inst.modifiers:
             raise _refuse(inst, "the machine has no floating point, and .ftz flushes subnormals to zero: compile "
                                 "without --use_fast_math / -ftz=true")

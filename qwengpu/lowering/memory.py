@@ -21,10 +21,11 @@ class MemoryOps:
         inst = self.inst
         if not {"global", "const", "shared", "local", "volatile"} & set(inst.modifiers):
             raise MachineError(f"line {inst.line}: only global memory exists on this machine (with the __shared__ "
-                               f"and .local arrays and __constant__ variables placed in its words): {inst.text}")
+                               f"and .local arrays and __constant__ variables placed in its words): {inst.text}",
+                               line=inst.line)
         if width(inst) not in (8, 16, 32):
             raise MachineError(f"line {inst.line}: memory words are 32 bits; a {width(inst)}-bit access is not "
-                               f"supported: {inst.text}")
+                               f"supported: {inst.text}", line=inst.line)
 
     def _store(self, read) -> None:
         inst = self.inst
@@ -34,7 +35,7 @@ class MemoryOps:
         if bits == 32:
             if byte:
                 raise MachineError(f"line {inst.line}: a 32-bit store at byte {byte} of a word is not aligned: "
-                                   f"{inst.text}")
+                                   f"{inst.text}", line=inst.line)
             self.emit(MOp("a", value, store=where))
             return
         # A narrow store is two atomic read-modify-writes of the word (clear the field, or in the value), so lanes
@@ -63,7 +64,7 @@ class MemoryOps:
         if bits == 32:
             if byte:
                 raise MachineError(f"line {inst.line}: a 32-bit load at byte {byte} of a word is not aligned: "
-                                   f"{inst.text}")
+                                   f"{inst.text}", line=inst.line)
             self.op("a", where, dst=dst, load=True)
             return
         word = self.op("a", where, load=True)
@@ -95,7 +96,7 @@ class MemoryOps:
         inst = self.inst
         mem = inst.operands[1] if dst is not None else inst.operands[0]
         if width(inst) != 32:
-            raise MachineError(f"line {inst.line}: atomics are on 32-bit words: {inst.text}")
+            raise MachineError(f"line {inst.line}: atomics are on 32-bit words: {inst.text}", line=inst.line)
         where, byte = self.address(read, mem)
         kinds = {"add": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor", "exch": "b",
                  "inc": None, "dec": None, "cas": None}

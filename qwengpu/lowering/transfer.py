@@ -43,7 +43,7 @@ def check_integer(inst: Instruction) -> None:
     integer work were rewritten before: lowering.floats)."""
     if any(is_float_type(m) for m in inst.modifiers) or FLOAT_MODIFIERS & set(inst.modifiers):
         raise MachineError(f"unsupported PTX instruction at line {inst.line} (the machine has no floating point): "
-                           f"{inst.text}")
+                           f"{inst.text}", line=inst.line)
 
 
 def param_value(inst: Instruction, context: Context) -> Const:

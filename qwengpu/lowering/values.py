@@ -105,7 +105,7 @@ def is_predicate(inst: Instruction) -> bool:
 
 def unsupported(inst: Instruction, why: str = "") -> MachineError:
     return MachineError(f"unsupported PTX instruction at line {inst.line}{' (' + why + ')' if why else ''}: "
-                        f"{inst.text}")
+                        f"{inst.text}", line=inst.line)
 
 
 def destination(inst: Instruction) -> str | None:
