@@ -33,7 +33,7 @@ a - b and a * b (PTX add.rn / sub.rn / mul.rn.f32: round to nearest even, subnor
 infinity) of float subexpressions, words with their exponent held in a window (near 1, near 2^24, among the
 subnormals, near the largest floats: so that adds round and products underflow or overflow), edge literals (-0.0f,
 1e-45f, 1.1754944e-38f, 3.4e38f, 16777216.0f, infinities) and (float) of int and unsigned expressions
-(cvt.rn.f32.s32 / .u32), and (18% of the ops: each is ~170 machine ops) a / b, 1.0f / a and sqrtf(a) (div.rn /
+(cvt.rn.f32.s32 / .u32; with ``--narrow`` also of shorts and chars, cvt.rn.f32.s16 / u16), and (18% of the ops: each is ~170 machine ops) a / b, 1.0f / a and sqrtf(a) (div.rn /
 rcp.rn / sqrt.rn.f32, correctly rounded: x / 0, 0 / 0, inf / inf, roots of negatives, of exact squares and of their
 neighbours), at most three arithmetic ops per float use; half the plain programs write a float expression's bits to
 out[]. Every arithmetic result is wrapped in ``canon()``, which makes a NaN the canonical NaN
@@ -96,7 +96,7 @@ class Generator:
         self.arith = arith or fma   # float expressions also + - * / sqrtf and convert ints (float)i, (float)u
         self.fma = fma          # and fmaf(a, b, c)
         self.arith_left = 0     # float arithmetic ops (+ - * / sqrtf) still allowed in the float expressions drawn
-        self.features = set()   # fadd, fsub, fmul, fdiv, frcp, fsqrt, cvt.s32, cvt.u32: what this program holds
+        self.features = set()   # fadd, fsub, fmul, fdiv, frcp, fsqrt, cvt.s32 / u32 / narrow: what this program holds
         self.wide = wide        # unsigned expressions may truncate, shift or compare 64-bit expressions
         self.loops = 0          # loop counters are named j1, j2, ... so nested loops never shadow
         self.shared = False     # leaves may read any thread's shared word (after the first barrier)
@@ -179,6 +179,12 @@ class Generator:
         gives magnitudes where the value is exact or rounds at different places."""
         word = self.pick([self.leaf(), self.expr(3), f"({self.leaf()} >> {int(self.rng.integers(1, 31))}u)",
                           f"({self.leaf()} & {self.pick(['0x01ffffffu', '0xff000001u', '0x80000000u', '0xffffu'])})"])
+        # with --narrow also (float) of a short or a char (cvt.rn.f32.s16 / u16): drawn only then, so the programs
+        # of a seed without --narrow stay those of the runs recorded before
+        if self.narrow and self.rng.random() < 0.4:
+            kind = self.pick(["short", "unsigned short", "signed char", "unsigned char"])
+            self.features.add("cvt.narrow")
+            return f"(float)({kind})({word})"
         if self.rng.random() < 0.5:
             self.features.add("cvt.s32")
             return f"(float)(int)({word})"

@@ -2,16 +2,17 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, calls (but printf's vprintf and assert's __assertfail, the pseudo-instructions
-``printf [result,] format, buffer`` and ``assertfail message, file, line, function`` for the lowering's console
-stage), float immediates. ``__device__`` and ``__constant__`` variables
+machine cannot have: vector operands, calls that are not inlined (but printf's vprintf and assert's __assertfail,
+the pseudo-instructions ``printf [result,] format, buffer`` and ``assertfail message, file, line, function`` for the
+lowering's console stage), float immediates. ``__device__`` and ``__constant__`` variables
 (module-scope ``.global`` / ``.const`` data) are kept as ``Variable``s with their initial bytes, in
 ``Module.variables`` and, for each kernel that names one, ``Kernel.variables``; the device gives them words when
 such a kernel loads. ``.shared`` arrays of
 a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by name and size in
 ``Kernel.shared``, dynamic ones (``extern __shared__ int s[];``) with size None (their bytes are a launch parameter),
-and ``.local`` arrays (each thread's own) in ``Kernel.local``; the lowering places them in the block's words. Device
-functions (.func) beside a kernel are skipped: NVRTC emits libdevice helpers even where every use is inlined. Inline
+and ``.local`` arrays (each thread's own) in ``Kernel.local``; the lowering places them in the block's words. Calls
+of device functions (.func) the module defines are inlined first (qwengpu.inline: ``__noinline__`` functions);
+the functions themselves are skipped (NVRTC emits libdevice helpers even where every use is inlined). Inline
 asm's nested ``{ }`` scopes are taken, each scope's registers renamed apart (``Kernel.registers`` holds them under
 kernel-wide names). ``parse(text, strict=False)`` keeps a kernel outside the subset out of ``Module.kernels`` and its
 error in ``Module.refused``, so one kernel of a file does not keep the others from loading. What an instruction
@@ -23,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from .inline import inline_calls
 from .isa import LANES, MachineError
 
 VERSION_MIN, VERSION_MAX = (7, 8), (9, 5)
@@ -329,8 +331,9 @@ class _KernelParser:
 
     def __init__(self, kernel: Kernel, line: int, module_shared: dict[str, int] | None = None,
                  module_variables: dict[str, Variable] | None = None,
-                 refused_data: dict[str, PTXError] | None = None):
+                 refused_data: dict[str, PTXError] | None = None, not_inlined: dict[str, str] | None = None):
         self.k, self.line = kernel, line
+        self.not_inlined = not_inlined or {}        # a module function whose calls stay calls -> why
         self.module_shared = module_shared or {}
         self.module_variables = module_variables or {}
         self.refused_data = refused_data or {}
@@ -387,7 +390,9 @@ class _KernelParser:
         elif name == "param" and len(self.scopes) > 1:      # a call's argument or result, in its { callseq }
             m = re.fullmatch(r"\.param\s+(?:\.align\s+\d+\s+)?\.[busf]\d+\s+(" + _IDENT + r")", text.strip())
             if not m:
-                raise _err(line, "this call parameter is not supported", text)
+                why = (" (a struct or an array passed by value to a __device__ function that is not inlined: pass "
+                       "its fields or a pointer)" if re.search(r"\[\s*\d*\s*\]\s*$", text.strip()) else "")
+                raise _err(line, "this call parameter is not supported" + why, text)
             self.call_params[m.group(1)] = None
         elif name in _UNSUPPORTED_DECL:
             raise _err(line, f".{name} declarations are not supported", text)
@@ -547,10 +552,10 @@ class _KernelParser:
         arguments = [a.strip() for a in (m.group(3) or "").split(",") if a.strip()] if m else []
         pseudo = {("vprintf", 2): "printf", ("__assertfail", 5): "assertfail"}.get((callee, len(arguments)))
         if pseudo is None or any(self.call_params.get(a) is None for a in arguments):
-            what = {"malloc": "malloc", "free": "free"}.get(callee)
+            what = {"malloc": "malloc", "free": "free"}.get(callee) or self.not_inlined.get(callee)
             raise _err(line, f"function calls are not supported: {callee}" + (f" ({what})" if what else "") +
-                       " (the machine runs one kernel body; printf and assert are the calls it takes, and "
-                       "__device__ functions NVRTC inlines run)", text)
+                       " (the machine runs one kernel body; printf and assert are the calls it takes, and the "
+                       "module's __device__ functions are inlined where they are called)", text)
         # printf format, buffer; assertfail message, file, line, function (its fifth, the char size, is 1)
         operands = tuple(self.call_params[a] for a in arguments)[:4]
         self._append(Instruction(pseudo, operands, guard, negated, line, " ".join(text.split())))
@@ -658,7 +663,8 @@ def parse(text: str, strict: bool = True) -> Module:
     kp: _KernelParser | None = None
     skipping = 0            # depth inside a device function's body: skipped (a call to it is refused when lowered)
     broken = None           # (kernel, error) of a refused kernel whose body is being skipped
-    for line, stmt, term in _chunks(_strip_comments(text)):
+    body, not_inlined = inline_calls(_strip_comments(text))
+    for line, stmt, term in _chunks(body):
         if initializer is not None:
             (at, declaration), initializer = initializer, None
             if term == "}":
@@ -704,7 +710,8 @@ def parse(text: str, strict: bool = True) -> Module:
                 if version is None:
                     raise _err(line, "a kernel before the .version directive", stmt)
                 try:
-                    kp = _KernelParser(_parse_header(line, stmt), line, shared, variables, refused_data)
+                    kp = _KernelParser(_parse_header(line, stmt), line, shared, variables, refused_data,
+                                       not_inlined)
                 except PTXError as e:
                     named = re.search(r"\.entry\s+(" + _IDENT + ")", stmt)
                     if strict or not named:

@@ -232,23 +232,25 @@ def test_missing_version():
 @needs_nvrtc
 def test_module_data_outside_the_subset_refuses_only_the_kernels_that_name_it():
     """__device__ variables are kept with their initial bytes, by the kernels that name them; module data the machine
-    cannot keep (an address as an initializer) refuses the kernels that name it, and a call of a __noinline__
-    function refuses its kernel, in the lenient parse (what Device.load_kernel uses); the rest load. The strict parse
-    raises."""
+    cannot keep (an address as an initializer) refuses the kernels that name it, and a call that cannot be inlined
+    (a recursive function) refuses its kernel, in the lenient parse (what Device.load_kernel uses); the rest load,
+    a call of a __noinline__ function among them (inlined). The strict parse raises."""
     source = ('__device__ int counter;\n'
               '__device__ int *where = &counter;\n'
               'extern "C" __global__ void uses(int *y) { y[threadIdx.x] = counter; }\n'
               'extern "C" __global__ void points(int *y) { y[threadIdx.x] = *where; }\n'
               '__noinline__ __device__ int twice(int v) { return 2 * v; }\n'
-              'extern "C" __global__ void calls(int *y) { y[threadIdx.x] = twice(y[threadIdx.x]); }\n'
+              '__device__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n'
+              'extern "C" __global__ void calls(int *y) { y[threadIdx.x] = fib(y[threadIdx.x]); }\n'
+              'extern "C" __global__ void inlined(int *y) { y[threadIdx.x] = twice(y[threadIdx.x]); }\n'
               'extern "C" __global__ void plain(int *y) { y[threadIdx.x] = 1; }\n')
     module = parse(toolchain.ptx_for(source), strict=False)
-    assert sorted(module.kernels) == ["plain", "uses"] and sorted(module.refused) == ["calls", "points"]
+    assert sorted(module.kernels) == ["inlined", "plain", "uses"] and sorted(module.refused) == ["calls", "points"]
     assert module.kernels["uses"].variables == {"counter": module.variables["counter"]}
     assert module.kernels["plain"].variables == {}
     assert "where is module-scope data outside the subset" in str(module.refused["points"])
     assert "generic(counter) of where is not a number" in str(module.refused["points"])
-    assert "function calls are not supported: _Z5twicei" in str(module.refused["calls"])
+    assert "function calls are not supported: _Z3fibi (it is recursive" in str(module.refused["calls"])
     with pytest.raises(PTXError, match="generic.counter. of where is not a number"):
         parse(toolchain.ptx_for(source))
 
