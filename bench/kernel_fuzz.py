@@ -42,12 +42,15 @@ makes 0xffc00000, and NVRTC's compiler may fold ``x + -0.0f`` to ``x``, payload 
 NaN (fmaxf / fminf's NaN-free side) are finite, so their sum or product is never a NaN. The C reference is compiled
 with ``-ffp-contract=off`` (the toolchain's --fmad=false), without -ffast-math, in SSE registers (``/`` is divss) and
 with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no libm call for errno). ``--fma`` (implies
-``--arith``) adds fmaf(a, b, c), rounded once, against glibc's fmaf (exact). All six are off by default, so a seed's
-programs stay what they were.
+``--arith``) adds fmaf(a, b, c), rounded once, against glibc's fmaf (exact). ``--calls`` makes expressions call
+``__noinline__`` functions of their own (statements, loops, an early return, calls of further functions, x[] and
+out[] through pointer parameters), which qwengpu.inline inlines where NVRTC keeps the call ("call kept" counts
+those programs) and gcc calls. All seven are off by default, so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
     python -m qccl_bench.kernel_fuzz --programs 600 --seed 31 --floats --arith
+    python -m qccl_bench.kernel_fuzz --programs 1500 --seed 103 --calls
 
 prints programs tried, run, refused (by reason), mismatches and internal errors (with --arith also how many of the
 programs that ran hold a float add, sub, mul, div, rcp, sqrt and each conversion); a mismatch prints its source and
@@ -61,6 +64,7 @@ import argparse
 import collections
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,14 +88,18 @@ class Case:
     out: list[int]
     phases: tuple[str, ...] = ()     # a block program: the bodies between barriers (body is then unused)
     features: frozenset = frozenset()   # what the program holds that a report counts (--arith: fadd, fsub, ...)
+    functions: tuple[str, ...] = ()     # --calls: the __noinline__ functions it calls, defined callees first
 
 
 class Generator:
     """Random kernel bodies over unsigned / int variables v0..v3."""
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
-                 wide: bool = False, arith: bool = False, fma: bool = False):
+                 wide: bool = False, arith: bool = False, fma: bool = False, calls: bool = False):
         self.rng = rng
+        self.calls = calls      # expressions may call __noinline__ functions (qwengpu.inline inlines them)
+        self.functions: list[str | None] = []       # their definitions, by number (f0, f1, ...)
+        self.calling = 0        # how deep the function being generated is
         self.floats = floats or arith or fma  # unsigned expressions may compare, classify, read back float32 ones
         self.arith = arith or fma   # float expressions also + - * / sqrtf and convert ints (float)i, (float)u
         self.fma = fma          # and fmaf(a, b, c)
@@ -126,6 +134,8 @@ class Generator:
         return self.pick(leaves)
 
     def expr(self, depth: int = 0) -> str:
+        if self.calls and self.calling < 2 and depth <= 1 and self.rng.random() < 0.15:   # drawn only with --calls
+            return self.call()
         if depth > 2 or self.rng.random() < 0.3:
             return self.leaf()
         a, b = self.expr(depth + 1), self.expr(depth + 1)
@@ -158,6 +168,25 @@ class Generator:
             return self.pick([f"(~{a})", f"(-{a})", f"(unsigned)(!{a})"])
         return self.pick([f"min({a}, {b})", f"max({a}, {b})", f"(unsigned)min((int){a}, (int){b})",
                           f"(unsigned)max((int){a}, (int){b})", f"(unsigned)abs((int)({a} & 0x7fffffffu))"])
+
+    def call(self) -> str:
+        """A call of a new function (statements, loops, an early return, maybe calls of its own) of two unsigned
+        arguments, which also reads the kernel's x[] and out[] through pointer parameters."""
+        number = len(self.functions)
+        self.functions.append(None)
+        self.features.add("call" if not self.calling else "nested call")
+        shared, self.shared = self.shared, False        # the function does not see the block's sh[]
+        self.calling += 1
+        lines = ["unsigned v0 = a, v1 = b, v2 = (unsigned)x[tid & 7u], v3 = a ^ b;"]
+        lines += [self.statement(1) for _ in range(int(self.rng.integers(0, 3)))]
+        if self.rng.random() < 0.5:
+            lines.append(f"if ((({self.expr(2)}) & 3u) == 1u) return {self.expr(2)};")
+        lines.append(f"return {self.expr(1)};")
+        self.calling -= 1
+        self.shared = shared
+        self.functions[number] = (f"unsigned f{number}(unsigned tid, int s0, int s1, const int *x, int *out, "
+                                  f"unsigned a, unsigned b) {{ {' '.join(lines)} }}")
+        return f"f{number}(tid, s0, s1, x, out, {self.expr(2)}, {self.expr(2)})"
 
     # fmaxf / fminf of two NaNs is the canonical NaN on a GPU, but NVRTC's compiler may fold it to one of them
     # (fminf(a, a) becomes a; two NaN constants fold to a NaN of its choosing), so the generator never gives a
@@ -402,8 +431,9 @@ class Generator:
 CUDA_CANON = "__device__ __forceinline__ float canon(float f) { return f != f ? __int_as_float(0x7fffffff) : f; }\n"
 
 
-def cuda_source(body: str, phases: tuple[str, ...] = ()) -> str:
-    prelude = CUDA_CANON if "canon(" in body + "".join(phases) else ""
+def cuda_source(body: str, phases: tuple[str, ...] = (), functions: tuple[str, ...] = ()) -> str:
+    prelude = CUDA_CANON if "canon(" in body + "".join(phases) + "".join(functions) else ""
+    prelude += "".join(f"__device__ __noinline__ {f}\n" for f in functions)
     if phases:
         return (prelude + '#define NT blockDim.x\n'
                 'extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
@@ -466,6 +496,12 @@ def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     keep = "V[tid][0] = v0; V[tid][1] = v1; V[tid][2] = v2; V[tid][3] = v3;"
     restore = "unsigned v0 = V[tid][0], v1 = V[tid][1], v2 = V[tid][2], v3 = V[tid][3];"
     for i, case in enumerate(cases):
+        # --calls: each case's functions, named apart from the other cases' (f0 -> c3_f0)
+        def own(text: str, i=i) -> str:
+            return re.sub(r"\bf(\d+)\(", rf"c{i}_f\1(", text)
+        parts += [f"static {own(f)}\n" for f in case.functions]
+        case = Case(own(case.body), case.threads, case.s0, case.s1, case.x, case.out,
+                    tuple(own(p) for p in case.phases))
         if not case.phases:
             parts.append(f"static void p{i}(unsigned tid, int *out, const int *x, int s0, int s1) {{ {case.body} }}\n")
             continue
@@ -512,8 +548,9 @@ def int_arg(v: int) -> str:
 
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
-              floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics, floats, wide, arith, fma)
+              floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False,
+              calls: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats, wide, arith, fma, calls)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -523,9 +560,27 @@ def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = Fals
         threads = int(rng.choice([5, 6, 8, 8]))         # block programs: several warps (a partial last one)
         out = [int(v) for v in rng.integers(-100, 100, threads)]
         phases = gen.phases()
-        return Case("", threads, s0, s1, x, out, phases, frozenset(gen.features))
+        return _kept_calls(Case("", threads, s0, s1, x, out, phases, frozenset(gen.features),
+                                tuple(reversed(gen.functions))))
     body = gen.body()
-    return Case(body, threads, s0, s1, x, out, features=frozenset(gen.features))
+    case = Case(body, threads, s0, s1, x, out, features=frozenset(gen.features),
+                functions=tuple(reversed(gen.functions)))
+    return _kept_calls(case)
+
+
+def _kept_calls(case: Case) -> Case:
+    """--calls: count the programs whose PTX kept a call for the inliner (NVRTC folds the calls of many functions
+    away, __noinline__ or not), the "call kept" feature; compiled once here, NVRTC's cache serves the run."""
+    if not case.functions:
+        return case
+    from qwengpu.toolchain import CompileError, compile_cuda
+    try:
+        ptx = compile_cuda(cuda_source(case.body, case.phases, case.functions))
+    except CompileError:
+        return case
+    if any("call" in entry for entry in ptx.split(".entry")[1:]):
+        case.features = case.features | {"call kept"}
+    return case
 
 
 def classify(error: Exception) -> str:
@@ -549,7 +604,7 @@ def run_machine(case: Case):
     dev.alloc(len(case.x), at=X)
     dev.write(X, np.array(case.x, dtype=np.int64))
     dev.write(OUT, np.array(case.out, dtype=np.int64))
-    kernel = dev.load_kernel(cuda_source(case.body, case.phases), "k")
+    kernel = dev.load_kernel(cuda_source(case.body, case.phases, case.functions), "k")
     dev.launch(kernel, threads=case.threads, args=[OUT, X, case.s0 & 0xFFFFFFFF, case.s1 & 0xFFFFFFFF])
     return [int(v) for v in dev.read(OUT, case.threads)]
 
@@ -610,16 +665,16 @@ def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
 
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
-         arith: bool = False, time_limit: float | None = None, fma: bool = False) -> dict:
+         arith: bool = False, time_limit: float | None = None, fma: bool = False, calls: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
     ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``; ``fma``:
-    with them fmaf(a, b, c), rounded once, against libm's); returns
+    with them fmaf(a, b, c), rounded once, against libm's; ``calls``: calls of __noinline__ functions); returns
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
-    div, rcp, sqrt or an int / unsigned conversion), the mismatches and the internal errors (case, the exception's
-    text): a program whose lowering or run raises anything but a refusal is counted and the run goes on with the
-    next. Without those five a seed gives the same programs as before they existed. ``time_limit``: each program
+    div, rcp, sqrt, an int / unsigned conversion, a call, a call NVRTC kept), the mismatches and the internal errors
+    (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted and the
+    run goes on with the next. Without those options a seed gives the same programs as before they existed. ``time_limit``: each program
     is lowered and run in a forked child that is killed after that many seconds (an internal error: the lowering
     hangs); None runs it in this process."""
     import qwengpu.isa          # noqa: F401  imported once here, not again in each forked child
@@ -631,7 +686,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma)
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -649,7 +704,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
                     # goes on.
                     report["internal_errors"].append((case, got))
                     if verbose:
-                        print(f"INTERNAL ERROR {got}\n{cuda_source(case.body, case.phases)}x={case.x} s0={case.s0} "
+                        print(f"INTERNAL ERROR {got}\n{cuda_source(case.body, case.phases, case.functions)}x={case.x} s0={case.s0} "
                               f"s1={case.s1} out0={case.out} threads={case.threads}", flush=True)
                     continue
                 report["ran"] += 1
@@ -657,7 +712,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
                 if got != want:
                     report["mismatches"].append((case, got, want))
                     if verbose:
-                        print(f"MISMATCH\n{cuda_source(case.body, case.phases)}x={case.x} s0={case.s0} s1={case.s1} "
+                        print(f"MISMATCH\n{cuda_source(case.body, case.phases, case.functions)}x={case.x} s0={case.s0} s1={case.s1} "
                               f"out0={case.out}\n machine {got}\n C       {want}", flush=True)
             done += len(cases)
             if verbose:
@@ -691,6 +746,9 @@ def main(argv=None) -> int:
     parser.add_argument("--fma", action="store_true",
                         help="with --arith (implied): also fmaf(a, b, c), one rounding of the exact a * b + c, "
                              "against glibc's fmaf")
+    parser.add_argument("--calls", action="store_true",
+                        help="expressions call __noinline__ functions (loops, early returns, nested calls, pointer "
+                             "parameters), which the toolchain inlines; gcc calls them")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds a program may take to lower and run (in a forked child) before it is counted "
                              "an internal error; 0 runs each in this process without a limit (the default, but 60 "
@@ -700,7 +758,7 @@ def main(argv=None) -> int:
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
                   atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith or args.fma, fma=args.fma,
-                  time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
+                  calls=args.calls, time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
                   else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "

@@ -109,3 +109,15 @@ def test_fused_multiply_adds_match_glibc():
     assert report["internal_errors"] == [], report["internal_errors"]
     assert report["ran"] >= 18, report["refused"]
     assert report["features"]["ffma"] >= 5, report["features"]
+
+
+def test_calls_of_noinline_functions_match_the_host_c_compiler():
+    """--calls: expressions call __noinline__ functions (loops, early returns, calls of their own, pointer
+    parameters); NVRTC keeps the call in many of them, and qwengpu.inline inlines it; gcc calls them."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(60, seed=103, batch=60, calls=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    assert report["ran"] >= 55, report["refused"]
+    assert report["features"]["call kept"] >= 12 and report["features"]["nested call"] >= 10, report["features"]
