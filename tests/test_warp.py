@@ -38,6 +38,23 @@ def warps(threads):
     return [list(range(w, min(w + WARP_SIZE, threads))) for w in range(0, threads, WARP_SIZE)]
 
 
+def isa_source(mode, lane, b, c):
+    """PTX ISA, shfl.sync: the source lane j and p, from the lane, b and c (a warp of 32 lanes)."""
+    bval, cval, segmask = b & 0x1F, c & 0x1F, (c >> 8) & 0x1F
+    max_lane = (lane & segmask) | (cval & ~segmask)
+    min_lane = lane & segmask
+    if mode == "up":
+        j = lane - bval
+        return j, j >= max_lane
+    if mode == "down":
+        j = lane + bval
+    elif mode == "bfly":
+        j = lane ^ bval
+    else:
+        j = min_lane | (bval & ~segmask)
+    return j, j <= max_lane
+
+
 def ptx_shfl(mode, values, bs, c, threads):
     """PTX ISA, shfl.sync: d and p of every thread. The source lane j and p as the ISA computes them from the lane, b
     and c; where p is false, or lane j is not a thread of this warp (the warp is 4 lanes, the last one may be
@@ -45,21 +62,7 @@ def ptx_shfl(mode, values, bs, c, threads):
     d, p = [], []
     for t in range(threads):
         lane, base = t % WARP_SIZE, t - t % WARP_SIZE
-        bval, cval, segmask = bs[t] & 0x1F, c & 0x1F, (c >> 8) & 0x1F
-        max_lane = (lane & segmask) | (cval & ~segmask)
-        min_lane = lane & segmask
-        if mode == "up":
-            j = lane - bval
-            pval = j >= max_lane
-        elif mode == "down":
-            j = lane + bval
-            pval = j <= max_lane
-        elif mode == "bfly":
-            j = lane ^ bval
-            pval = j <= max_lane
-        else:
-            j = min_lane | (bval & ~segmask)
-            pval = j <= max_lane
+        j, pval = isa_source(mode, lane, bs[t], c)
         if not (pval and 0 <= j < WARP_SIZE and base + j < threads):
             j, pval = lane, False
         d.append(values[base + j])
@@ -110,10 +113,33 @@ def test_shuffle_with_b_known_at_launch_follows_the_isa(mode, b, width, clamp, t
     the ISA is the reference); d and the in-range predicate p of every thread, partial warps included."""
     c = ((32 - width) << 8) | clamp
     x = np.arange(threads) * 7 + 100
+    if any(p and j >= WARP_SIZE for j, p in (isa_source(mode, t % WARP_SIZE, b, c) for t in range(threads))):
+        # a lane of the segment that a GPU's warp has and the machine's does not: refused, not run differently
+        with pytest.raises(MachineError, match=r"the shuffle reads lane \d+ of its segment, which a warp of the "
+                                               r"machine \(4 lanes: warpSize\) does not have"):
+            run("shuffle", threads, x, [0, MODES.index(mode), b, c, 0], 2 * threads)
+        return
     out = run("shuffle", threads, x, [0, MODES.index(mode), b, c, 0], 2 * threads)
     d, p = ptx_shfl(mode, list(x), [b] * threads, c, threads)
     np.testing.assert_array_equal(out[:threads], d)
     np.testing.assert_array_equal(out[threads:], p)
+
+
+def test_a_warp_sum_written_for_32_lanes_is_refused_not_run_differently():
+    """The unrolled reduction of code written for 32 lanes (offsets 16, 8, 4, 2, 1): on the machine's 4-lane warp
+    the first three would give each lane its own value (a sum 4 times too large, silently); it is refused naming
+    the lane and what to write instead, which runs."""
+    fixed = ('extern "C" __global__ void k(int *y, const int *x)\n{\n    int v = x[threadIdx.x];\n'
+             '    for (int o = 16; o > 0; o /= 2)\n        v += __shfl_down_sync(0xffffffff, v, o);\n'
+             '    if (threadIdx.x == 0) y[0] = v;\n}\n')
+    dev = Device()
+    y, x = dev.alloc(1), dev.alloc(4)
+    dev.write(x, [3, 5, 7, 11])
+    with pytest.raises(MachineError, match=r"reads lane 16 of its segment.*warpSize / 2.*\n  from kernel\.cu line 5"):
+        dev.launch(dev.load_kernel(fixed, "k"), threads=4, args=[y, x])
+    portable = fixed.replace("int o = 16", "int o = warpSize / 2")
+    dev.launch(dev.load_kernel(portable, "k"), threads=4, args=[y, x])
+    assert dev.read(y, 1)[0] == 3 + 5 + 7 + 11
 
 
 @pytest.mark.parametrize("threads", [4, 8, 6])
@@ -220,10 +246,11 @@ def test_inline_asm_scopes_declare_registers_of_their_own():
 
 
 def test_a_refused_kernel_leaves_the_rest_of_its_module_usable():
-    """A kernel that calls a __noinline__ function (a call, outside the subset): the other kernel of the same source
-    loads and runs; the refused one raises its own error when asked for; the strict parse raises it for the module."""
-    source = ('__noinline__ __device__ int twice(int v) { return 2 * v; }\n'
-              'extern "C" __global__ void with_call(int *y) { y[threadIdx.x] = twice(y[threadIdx.x]); }\n'
+    """A kernel that calls a recursive function (a call that cannot be inlined, outside the subset): the other
+    kernel of the same source loads and runs; the refused one raises its own error when asked for; the strict parse
+    raises it for the module."""
+    source = ('__device__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n'
+              'extern "C" __global__ void with_call(int *y) { y[threadIdx.x] = fib(y[threadIdx.x]); }\n'
               'extern "C" __global__ void plain(int *y) { y[threadIdx.x] = threadIdx.x * 3; }\n')
     dev = Device()
     y = dev.alloc(4)

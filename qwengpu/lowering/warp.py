@@ -8,9 +8,11 @@ store and the load that follows it are consecutive records of one warp's run, wi
 
 - ``shfl.sync.{up,down,bfly,idx}.b32 d|p, a, b, c, membermask``: every lane stores a in word ``lane``, then loads the
   word of its source lane j, computed as PTX defines it from b, c and the lane (``maxLane``, ``minLane``). The warp
-  is 4 lanes (``warpSize`` is 4, so ``for (o = warpSize / 2; o > 0; o >>= 1)`` reductions are exact): a source lane
-  the warp does not have (j > 3 with a full width of 32, or past the block's last thread in a last, partial warp) is
-  out of range like one outside the segment, so d = a and p = 0. The store is made by every lane, including lanes
+  is 4 lanes (``warpSize`` is 4, so ``for (o = warpSize / 2; o > 0; o >>= 1)`` reductions are exact). A source lane
+  known at launch that the segment has but the machine's warp does not (j > 3 at a width of 32: an offset of 16
+  unrolled from code written for 32 lanes) is refused, since a GPU would read another thread there; one the machine
+  computes, or one past the block's last thread in a last, partial warp, is out of range like one outside the
+  segment, so d = a and p = 0. The store is made by every lane, including lanes
   inactive here (their registers hold a value), so a lane never reads a word no lane wrote in this shuffle.
 - ``vote.sync.{ballot,any,all,uni}``, ``activemask``: word 0 (and 1 for uni) is set, then the active lanes whose
   predicate holds change it (ballot: an atomic or of 1 << lane), then every active lane loads it.
@@ -184,6 +186,15 @@ class WarpOps:
         value = self.src(read, 0)
         self.emit(MOp("a", value, store=(lane[0], word)), TRUE)      # every lane offers its value
         if isinstance(b, Const):
+            beyond = sorted({j for t in range(threads) for j, p in [shuffle_source(mode, t % LANES, b.value, c.value)]
+                             if p and j >= LANES})
+            if beyond:
+                # A GPU's warp has these lanes and reads another thread's value there; the machine's would give each
+                # lane its own: code written for 32 lanes (an unrolled offset of 16) would run, silently different.
+                raise unsupported(inst, f"the shuffle reads lane {beyond[0]} of its segment, which a warp of the "
+                                        f"machine ({LANES} lanes: warpSize) does not have, where a GPU's warp of 32 "
+                                        f"reads another thread's value; write offsets and lanes from warpSize ("
+                                        f"for (int o = warpSize / 2; o > 0; o /= 2))")
             rows = []
             for t in range(threads):
                 j, p = shuffle_source(mode, t % LANES, b.value, c.value)
