@@ -4,17 +4,19 @@ NVRTC inlines almost every ``__device__`` function; what it leaves as a ``call``
 large to inline, one whose recursion it turned into a loop) has its ``.func`` body in the same module. The machine
 runs one kernel body, so each such call becomes a copy of the callee's body in a scope of its own, where the call was:
 
-- the call's ``{ callseq }`` parameters (``.param .b32 param0``) become registers of that scope (renamed apart per
-  call), ``st.param`` to them a move, and the ``ld.param`` of its result a move from the result's register;
-- the callee's ``ld.param`` of its parameters and ``st.param`` of ``func_retval0`` read and write those registers
-  (a narrow parameter, ``ld.param.u8``, converted as a load would extend it); its ``ret`` branches to the copy's end;
+- the call's ``{ callseq }`` parameters and result become registers of that scope, one a field: each byte offset an
+  ``st.param`` writes (a scalar's 0, a struct passed by value each member's), named apart per call; ``st.param`` is
+  a move into its field, ``ld.param`` a move out of the field at its offset (narrower: converted as a load would
+  extend it, a short's or a char's sign, a long long's low word);
+- the callee's ``ld.param`` of its parameters and ``st.param`` of ``func_retval0`` read and write the same fields;
+  its ``ret`` branches to the copy's end;
 - the callee's registers are declared in the copy's scope, so the parser renames them apart from the caller's; its
   labels and ``.local`` arrays take the call's number.
 
 The copy stands on the call statement's first line, and the statement's other lines stay as blank lines, so every
 PTX line number of the kernel holds (a refusal inside the callee names the line of the call). Calls this stage does
-not inline stay calls, and the parser refuses them with the reason kept here: a recursive function, a parameter or
-result passed as bytes (a struct or an array by value), a function the module only declares.
+not inline stay calls, and the parser refuses them with the reason kept here: a recursive function, a function the
+module only declares, a parameter read at a byte no ``st.param`` began at.
 """
 from __future__ import annotations
 
@@ -55,15 +57,15 @@ def functions(text: str) -> dict[str, Function]:
         names = []
         for item in [p for p in params.split(",") if p.strip()]:
             p = _PARAM.fullmatch(item)
-            if p is None or p.group(3):
-                why = "it takes a struct or an array by value (a parameter of bytes)"
+            if p is None:
+                why = f"its parameter {item.strip()!r} is not one this stage reads"
                 break
             names.append(p.group(2))
         returned = None
         if result:
             r = _PARAM.fullmatch(result.strip()[1:-1])
-            if r is None or r.group(3):
-                why = why or "it returns a struct or an array by value (a result of bytes)"
+            if r is None:
+                why = why or f"its result {result.strip()!r} is not one this stage reads"
             else:
                 returned = r.group(2)
         found[name] = Function(name, returned, names, text[m.end():close], why)
@@ -136,41 +138,56 @@ class _Inliner:
         return None
 
     def _sequence(self, scope: str, offset: int, call: re.Match, callee: Function, stack, types) -> str:
-        """One call sequence ``{ .param ...; st.param ...; call ...; ld.param ...; }`` with the call inlined."""
-        self.count += 1
-        k = self.count
+        """One call sequence ``{ .param ...; st.param ...; call ...; ld.param ...; }`` with the call inlined.
+
+        A parameter or the result is a set of fields, one register each: its byte offsets that ``st.param`` writes
+        (a scalar: offset 0; a struct passed by value: each member's). An ``ld.param`` reads the field at its
+        offset, as wide as it was written or narrower."""
+        k = self.count + 1
         end = offset + len(call.group(0))
         before, after = scope[:offset], scope[end:]
-        params = {name: kind for kind, name in
-                  re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.([busf]\d+)\s+(" + _NAME + r")\s*;", before)}
-        rename = {name: f"__call{k}_{name}" for name in params}
+        declared = {m.group(1) for m in _DECLARED.finditer(before)}
         arguments = [a.strip() for a in (call.group(4) or "").split(",") if a.strip()]
-        if (len(arguments) != len(callee.params) or any(a not in rename for a in arguments)
-                or (call.group(2) is not None and (call.group(2) not in rename or callee.result is None))):
+        result = call.group(2)
+        if (len(arguments) != len(callee.params) or any(a not in declared for a in arguments)
+                or (result is not None and (result not in declared or callee.result is None))):
             self.refused.setdefault(callee.name, "its call's arguments do not match its parameters")
             return scope
-
-        def declare(m: re.Match) -> str:
-            return f".reg .{_register_type(m.group(1))} {rename[m.group(2)]};"
-
-        def store(m: re.Match) -> str:
-            kind, name, value = m.group(1), m.group(2), m.group(3)
-            return _move(rename[name], _register_type(params[name]), value.strip(), kind) + ";"
-
-        names = "|".join(map(re.escape, rename)) or "(?!)"
-        declared = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.([busf]\d+)\s+(" + names + r")\s*;")
-        stored = re.compile(r"st\.param\.(\w+)\s*\[\s*(" + names + r")\s*(?:\+\s*0\s*)?\]\s*,\s*([^;]+);")
-        loaded = re.compile(r"ld\.param\.(\w+)\s+([^,]+),\s*\[\s*(" + names + r")\s*(?:\+\s*0\s*)?\]\s*;")
+        body = self._body_of(callee, stack)
+        fields: dict[tuple[str, int], tuple[str, int]] = {}     # (parameter, byte offset) -> (register, bits)
+        for name in arguments:
+            for kind, at in _accesses(before, "st", name):
+                fields.setdefault((name, at), (f"__call{k}_{name}_{at}", max(_bits(kind), 32)))
+        if result is not None:
+            for kind, at in _accesses(body, "st", callee.result):
+                fields.setdefault((result, at), (f"__call{k}_{result}_{at}", max(_bits(kind), 32)))
+        unread = [(a, at) for a, p in zip(arguments, callee.params) for _, at in _accesses(body, "ld", p)
+                  if (a, at) not in fields]
+        if result is not None:
+            unread += [(result, at) for _, at in _accesses(after, "ld", result) if (result, at) not in fields]
+        if unread:
+            self.refused.setdefault(callee.name, "it reads bytes of a parameter or result that no st.param wrote "
+                                                 "as a field (byte " + str(unread[0][1]) + ")")
+            return scope
+        self.count = k
         registers = types | _register_types(scope)
 
-        def load(m: re.Match) -> str:
-            kind, target, name = m.group(1), m.group(2).strip(), m.group(3)
-            return _move(target, registers.get(_prefix(target), kind), rename[name], kind) + ";"
+        def declare(m: re.Match) -> str:
+            own = [(reg, bits) for (n, _), (reg, bits) in sorted(fields.items()) if n == m.group(1)]
+            return " ".join(f".reg .b{bits} {reg};" for reg, bits in own)
 
-        before = stored.sub(store, declared.sub(lambda m: declare(m), before))
-        after = loaded.sub(load, after)
-        copy = self._copy(callee, k, [rename[a] for a in arguments],
-                          rename.get(call.group(2)) if call.group(2) else None, stack)
+        before = _DECLARED.sub(declare, before)
+        before = _rewrite(before, "st", arguments, fields, registers)
+        after = _rewrite(after, "ld", [result] if result else [], fields, registers)
+        body = _rewrite(body, "ld", callee.params, {(p, at): fields[(a, at)] for a, p in zip(arguments, callee.params)
+                                                    for (n, at) in fields if n == a}, _register_types(body))
+        if callee.result:
+            if result is None:
+                body = re.sub(_access("st", callee.result), "", body)      # a result the caller does not read
+            else:
+                body = _rewrite(body, "st", [callee.result], {(callee.result, at): fields[(result, at)]
+                                                              for (n, at) in fields if n == result}, {})
+        copy = self._copy(body, k)
         guard = (call.group(1) or "").strip()
         if guard:       # a guarded call: the copy runs where the guard holds
             negated = guard.startswith("@!")
@@ -179,30 +196,54 @@ class _Inliner:
         lines = call.group(0).count("\n")
         return before + copy + "\n" * lines + after
 
-    def _copy(self, callee: Function, k: int, arguments: list[str], result: str | None, stack) -> str:
-        """The callee's body for call number k, on one line, in a { } scope of its own."""
-        body = "\n".join(line for line in callee.body.splitlines()
-                         if not re.match(r"\s*\.(loc|file)\b", line))
-        types = _register_types(body)
-        body = self.body(body, stack + (callee.name,), types)      # its own calls first, then its parameters
+    def _body_of(self, callee: Function, stack) -> str:
+        """The callee's body with its own calls inlined (and its line directives dropped)."""
+        body = "\n".join(line for line in callee.body.splitlines() if not re.match(r"\s*\.(loc|file)\b", line))
+        return self.body(body, stack + (callee.name,), _register_types(body))
+
+    def _copy(self, body: str, k: int) -> str:
+        """A body whose parameters are registers already, for call number k: on one line, in a { } scope of its
+        own, its labels and .local arrays renamed, ``ret`` a branch to its end."""
         end = f"$__call{k}_end"
         # labels and .local arrays are the kernel's: each copy's are its own
         own = set(_LABEL.findall(body)) | {m.group(2) for m in _LOCAL.finditer(body)}
         for name in sorted(own, key=len, reverse=True):
             body = re.sub(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])", f"{name}__call{k}", body)
-        for index, name in enumerate(callee.params):
-            body = re.sub(r"ld\.param\.(\w+)\s+([^,]+),\s*\[\s*" + re.escape(name) + r"\s*(?:\+\s*0\s*)?\]\s*;",
-                          lambda m, a=arguments[index]: _move(m.group(2).strip(), types.get(_prefix(m.group(2)),
-                                                                                         m.group(1)),
-                                                             a, m.group(1)) + ";", body)
-        if callee.result:
-            body = re.sub(r"st\.param\.(\w+)\s*\[\s*" + re.escape(callee.result) + r"\s*(?:\+\s*0\s*)?\]\s*,\s*"
-                          r"([^;]+);",
-                          lambda m: (_move(result, "b64" if _bits(m.group(1)) == 64 else "b32", m.group(2).strip(),
-                                           m.group(1)) if result else "") + ";", body)
         body = re.sub(r"(^|[;{}:\s])((?:@!?%?" + _NAME + r"\s+)?)ret(?:\.uni)?\s*;",
                       lambda m: f"{m.group(1)}{m.group(2)}bra {end};", body)
         return "{ " + " ".join(body.split()) + f" {end}: }}"
+
+
+_DECLARED = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.[busf]\d+\s+(" + _NAME + r")\s*(?:\[\s*\d+\s*\])?\s*;")
+
+
+def _access(op: str, name: str) -> str:
+    """``st.param.T [name+off], value;`` / ``ld.param.T target, [name+off];``: groups (T, off, value or target)."""
+    where = r"\[\s*" + re.escape(name) + r"\s*(?:\+\s*(\d+)\s*)?\]"
+    if op == "st":
+        return r"st\.param\.(\w+)\s*" + where + r"\s*,\s*([^;]+);"
+    return r"ld\.param\.(\w+)\s+([^,;]+?)\s*,\s*" + where + r"\s*;"
+
+
+def _accesses(text: str, op: str, name: str) -> list[tuple[str, int]]:
+    """(type, byte offset) of each st / ld .param of ``name`` in ``text``."""
+    offset = 2 if op == "st" else 3
+    return [(m.group(1), int(m.group(offset) or 0)) for m in re.finditer(_access(op, name), text)]
+
+
+def _rewrite(text: str, op: str, names, fields: dict, registers: dict[str, str]) -> str:
+    """Each st.param to / ld.param from a field of ``names`` as a move into / out of its register."""
+    for name in names:
+        def move(m: re.Match, name=name) -> str:
+            if op == "st":
+                kind, at, value = m.group(1), int(m.group(2) or 0), m.group(3).strip()
+                reg, bits = fields[(name, at)]
+                return _move(reg, f"b{bits}", value, kind) + ";"
+            kind, target, at = m.group(1), m.group(2).strip(), int(m.group(3) or 0)
+            reg, bits = fields[(name, at)]
+            return _move(target, registers.get(_prefix(target), kind), reg, kind, bits) + ";"
+        text = re.sub(_access(op, name), move, text)
+    return text
 
 
 def _enclosing_scope(text: str, at: int) -> tuple[int, int] | None:
@@ -236,15 +277,13 @@ def _bits(kind: str) -> int:
     return int(digits) if digits else 32
 
 
-def _register_type(kind: str) -> str:
-    """A parameter's register: a word, or two for 64 bits (a narrow parameter is held zero-extended in a word)."""
-    return "b64" if _bits(kind) == 64 else "b32"
-
-
-def _move(target: str, target_type: str, source: str, kind: str) -> str:
+def _move(target: str, target_type: str, source: str, kind: str, source_bits: int = 32) -> str:
     """``target = source`` as an st.param / ld.param of type ``kind`` moves it: the whole register, or for an 8- or
-    16-bit access its low bits, zero- or sign-extended (``kind``'s sign) to the target's width."""
+    16-bit access its low bits, zero- or sign-extended (``kind``'s sign) to the target's width; a 32-bit read of a
+    64-bit field its low word."""
     bits = _bits(kind)
+    if bits == 32 and source_bits == 64:
+        return f"cvt.u32.u64 {target}, {source}"
     if bits >= 32:
         return f"mov.b{_bits(target_type) if _bits(target_type) >= 32 else bits} {target}, {source}"
     sign = "s" if kind.startswith("s") else "u"
