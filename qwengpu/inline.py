@@ -27,7 +27,7 @@ _NAME = r"[A-Za-z_$][\w$]*"
 _HEADER = re.compile(r"(?:\.(?:visible|weak|extern)\s+)*\.func\s*(\(\s*\.param[^)]*\))?\s*(" + _NAME + r")\s*"
                      r"\(([^)]*)\)\s*(?:\.noreturn\s*)?([{;])")
 _PARAM = re.compile(r"\s*\.param\s+(?:\.align\s+\d+\s+)?\.([busf]\d+)\s+(" + _NAME + r")\s*(\[\s*\d*\s*\])?\s*")
-_CALL = re.compile(r"(@!?%?" + _NAME + r"\s+)?call(?:\.uni)?\s*(?:\(\s*(" + _NAME + r")\s*\)\s*,)?\s*(" + _NAME +
+_CALL = re.compile(r"(@!?%?" + _NAME + r"\s+)?(?<![\w$.%])call(?:\.uni)?\s*(?:\(\s*(" + _NAME + r")\s*\)\s*,)?\s*(" + _NAME +
                    r")\s*(?:,\s*\(([^)]*)\))?\s*;")
 _REG = re.compile(r"\.reg\s+\.(\w+)\s+([^;]+);")
 _LABEL = re.compile(r"(" + _NAME + r")\s*:(?!:)")
