@@ -154,27 +154,31 @@ class _Inliner:
             self.refused.setdefault(callee.name, "its call's arguments do not match its parameters")
             return scope
         body = self._body_of(callee, stack)
-        fields: dict[tuple[str, int], tuple[str, int]] = {}     # (parameter, byte offset) -> (register, bits)
+        fields: dict[tuple[str, int], tuple[str, int]] = {}     # (parameter, byte offset) -> (register, bits written)
         for name in arguments:
             for kind, at in _accesses(before, "st", name):
-                fields.setdefault((name, at), (f"__call{k}_{name}_{at}", max(_bits(kind), 32)))
+                fields.setdefault((name, at), (f"__call{k}_{name}_{at}", _bits(kind)))
         if result is not None:
             for kind, at in _accesses(body, "st", callee.result):
-                fields.setdefault((result, at), (f"__call{k}_{result}_{at}", max(_bits(kind), 32)))
-        unread = [(a, at) for a, p in zip(arguments, callee.params) for _, at in _accesses(body, "ld", p)
-                  if (a, at) not in fields]
+                fields.setdefault((result, at), (f"__call{k}_{result}_{at}", _bits(kind)))
+
+        def unwritten(name: str, kind: str, at: int) -> bool:      # a read that no field holds whole
+            return (name, at) not in fields or _bits(kind) > fields[(name, at)][1]
+
+        unread = [(a, at) for a, p in zip(arguments, callee.params) for kind, at in _accesses(body, "ld", p)
+                  if unwritten(a, kind, at)]
         if result is not None:
-            unread += [(result, at) for _, at in _accesses(after, "ld", result) if (result, at) not in fields]
+            unread += [(result, at) for kind, at in _accesses(after, "ld", result) if unwritten(result, kind, at)]
         if unread:
-            self.refused.setdefault(callee.name, "it reads bytes of a parameter or result that no st.param wrote "
-                                                 "as a field (byte " + str(unread[0][1]) + ")")
+            self.refused.setdefault(callee.name, "it reads bytes of a parameter or result that no one st.param "
+                                                 "wrote (byte " + str(unread[0][1]) + ")")
             return scope
         self.count = k
         registers = types | _register_types(scope)
 
         def declare(m: re.Match) -> str:
             own = [(reg, bits) for (n, _), (reg, bits) in sorted(fields.items()) if n == m.group(1)]
-            return " ".join(f".reg .b{bits} {reg};" for reg, bits in own)
+            return " ".join(f".reg .b{64 if bits == 64 else 32} {reg};" for reg, bits in own)
 
         before = _DECLARED.sub(declare, before)
         before = _rewrite(before, "st", arguments, fields, registers)
@@ -238,7 +242,7 @@ def _rewrite(text: str, op: str, names, fields: dict, registers: dict[str, str])
             if op == "st":
                 kind, at, value = m.group(1), int(m.group(2) or 0), m.group(3).strip()
                 reg, bits = fields[(name, at)]
-                return _move(reg, f"b{bits}", value, kind) + ";"
+                return _move(reg, f"b{64 if bits == 64 else 32}", value, kind) + ";"
             kind, target, at = m.group(1), m.group(2).strip(), int(m.group(3) or 0)
             reg, bits = fields[(name, at)]
             return _move(target, registers.get(_prefix(target), kind), reg, kind, bits) + ";"

@@ -207,8 +207,13 @@ def test_a_guarded_call_and_a_signed_narrow_parameter():
 
 def test_a_parameter_read_at_a_byte_no_store_wrote_is_refused():
     """PTX written by hand: the callee reads byte 2 of a parameter the caller wrote as one word; the call is left a
-    call and refused naming why (the field split needs each read to start where a write did)."""
+    call and refused naming why (the field split needs each read to start where a write did, no wider); so is a
+    read of 8 bytes where 4 were written."""
     text = HAND.replace("ld.param.s8 %rs1, [widen_param_0];", "ld.param.s8 %rs1, [widen_param_0+2];")
     with pytest.raises(PTXError, match=r"function calls are not supported: widen \(it reads bytes of a parameter or "
-                                       r"result that no st\.param wrote as a field \(byte 2\)\)"):
+                                       r"result that no one st\.param wrote \(byte 2\)\)"):
         Device().load_kernel(text, "k")
+    wide = HAND.replace(".reg .b16 %rs<2>;", ".reg .b16 %rs<2>; .reg .b64 %rd<2>;").replace(
+        "ld.param.s8 %rs1, [widen_param_0];", "ld.param.b64 %rd1, [widen_param_0]; cvt.u16.u64 %rs1, %rd1;")
+    with pytest.raises(PTXError, match=r"that no one st\.param wrote \(byte 0\)"):
+        Device().load_kernel(wide, "k")
