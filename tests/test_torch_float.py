@@ -26,7 +26,7 @@ def train(tmp_path, n: int, backend: str, steps: int = 4) -> list[dict]:
     return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(n)]
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.slow)])     # 3 ranks: make verify
 def test_ddp_float32_on_qccl_equals_gloo(tmp_path, n):
     q, g = train(tmp_path, n, "qccl"), train(tmp_path, n, "gloo")
     first = np.array(q[0]["params"], np.float32)
