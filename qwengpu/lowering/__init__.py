@@ -4,6 +4,8 @@ The stages, one module each, run in this order:
 
 0. ``console.rewrite``           each printf as stores of its call's number and arguments to the console word
                                  (the device prints what the machine stored).
+   ``block_votes.rewrite``       __syncthreads_count / _and / _or (bar.red) as an atomic add to a hidden shared
+                                 word between two barriers.
    ``floats.as_integers``        float32 moves, compares, arithmetic and conversions as integer PTX (what is not
                                  built is refused by name there).
 1. ``cfg.layout``                blocks in an order the emitter walks: each loop's blocks together, every other
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
-from . import console
+from . import block_votes, console
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
@@ -199,6 +201,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     its overlay state, take the top words of memory (``Program.reserved``; qwengpu.lowering.barriers,
     qwengpu.lowering.overlays)."""
     kernel, formats = console.rewrite(kernel)
+    kernel = block_votes.rewrite(kernel)
     kernel = as_integers(kernel)
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)

@@ -707,7 +707,8 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             return                  # __syncwarp(): a warp's lanes run in step
         if mods - {"sync", "aligned", "cta"} or len(inst.operands) not in (1, 2):
             raise unsupported(inst, "the barriers are bar.sync / barrier.sync of the whole block "
-                                    "(__syncthreads); bar.arrive, bar.red and named partial barriers are not")
+                                    "(__syncthreads) and bar.red (__syncthreads_count / _and / _or); bar.arrive and "
+                                    "named partial barriers are not")
         if len(inst.operands) == 2:
             count = read(inst.operands[1])
             if not (isinstance(count, Const) and count.value >= self.context.threads):

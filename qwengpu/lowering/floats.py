@@ -216,8 +216,8 @@ def _refusal(base: str) -> str:
                 "the GPU's own hardware approximation, which no integer sequence reproduces; compile without "
                 "--use_fast_math (1.0f / sqrtf(x) is two correctly rounded operations)")
     return (f"the machine has no floating point: {what} of floats needs IEEE arithmetic from integer ops, many times "
-            "the ops of an add or a multiply; of float32 arithmetic add, sub, mul, div, rcp and sqrt rounding to "
-            "nearest and int to float conversion run (qwengpu/KERNELS.md)")
+            "the ops of an add or a multiply; of float32 arithmetic add, sub, mul and fma (each rounding), div, rcp "
+            "and sqrt rounding to nearest, and the conversions to and from integers run (qwengpu/KERNELS.md)")
 
 
 class _Rewriter:
