@@ -830,7 +830,7 @@ def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
     ("cvt.rz.f32.s32", r"of the conversions of float32, .*other roundings .* are not built"),
     ("cvt.rn.f32.s64", r"conversions from or to 64-bit types or half .* are not built"),
     ("cvt.rni.s64.f32", r"conversions from or to 64-bit types or half"),
-    ("cvt.rmi.s32.f32", r"\.rmi / \.rpi to an int\) are not built"),
+    ("cvt.rm.f32.u32", r"other roundings to a float \(\.rz / \.rm / \.rp\) are not built"),
     ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
     ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),
     ("atom.add.f32", r"add \(CUDA's atomicAdd\) on \.global or \.shared memory runs"),

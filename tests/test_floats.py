@@ -317,27 +317,33 @@ def test_the_circuit_writes_the_interpreters_tokens_for_a_float_comparison_and_m
 
 # ------------------------------------------------------------------------------------------------ refusals
 
-@pytest.mark.parametrize("kind", ["s16", "u16", "s8", "u8"])
-@pytest.mark.parametrize("rounding", ["rzi", "rni"])
-def test_float_to_a_narrow_integer_saturates_to_its_range(kind, rounding):
-    """PTX's cvt.rzi / rni .s16 / u16 / s8 / u8 .f32 (hand-written PTX: NVRTC goes through an int): toward zero or to
-    nearest even, saturated to the destination type's range, a NaN 0 (PTX's float-to-integer rule), against numpy."""
+@pytest.mark.parametrize("kind", ["s16", "u16", "s8", "u8", "s32", "u32"])
+@pytest.mark.parametrize("rounding", ["rzi", "rni", "rmi", "rpi"])
+def test_float_to_an_integer_in_every_rounding_saturates_to_its_range(kind, rounding):
+    """PTX's cvt.rzi / rni / rmi / rpi to .s16 / u16 / s8 / u8 / s32 / u32 from .f32 (__float2int_rd / _ru; the
+    narrow ones hand-written: NVRTC goes through an int): toward zero, to nearest even, down or up, saturated to the
+    destination type's range, a NaN 0 (PTX's float-to-integer rule), against numpy."""
     bits = int(kind[1:])
     low, high = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if kind[0] == "s" else (0, (1 << bits) - 1)
-    body = f"\t.reg .b16 %rs<2>;\n\tcvt.{rounding}.{kind}.f32 %rs1, %f1;\n\tcvt.{kind[0]}32.{kind} %r9, %rs1;"
+    if bits == 32:
+        body = f"\tcvt.{rounding}.{kind}.f32 %r9, %f1;"
+    else:
+        body = f"\t.reg .b16 %rs<2>;\n\tcvt.{rounding}.{kind}.f32 %rs1, %f1;\n\tcvt.{kind[0]}32.{kind} %r9, %rs1;"
     dev = Device()
     kernel = dev.load_kernel(ptx("k", body, sources=1), "k")
     values = np.array([0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.7, 126.5, 127.5, 128.0, -128.5, -129.0, 255.5, 256.0,
                        32767.5, 32768.0, -32768.5, -32769.0, 65535.4, 65536.0, 1e9, -1e9, 3e38, np.inf, -np.inf,
-                       np.nan, 1e-40, -1e-40, 200.49, -100.51, 40000.0], dtype=np.float32)
+                       np.nan, 1e-40, -1e-40, 200.49, -100.51, 40000.0, 2147483520.0, 2147483648.0, -2147483648.0,
+                       -2147483904.0, 4294967040.0, 4294967296.0, 3e9, -3e9], dtype=np.float32)
     out, x = dev.alloc(4), dev.alloc(4)
     got = []
     for k in range(0, len(values), 4):
         dev.write(x, values[k:k + 4].view(np.int32))
         dev.launch(kernel, threads=4, args=[out, x, 4])
         got += dev.read(out, 4).tolist()
-    rounded = np.trunc(values) if rounding == "rzi" else np.rint(values)
+    rounded = {"rzi": np.trunc, "rni": np.rint, "rmi": np.floor, "rpi": np.ceil}[rounding](values.astype(np.float64))
     expect = np.where(np.isnan(values), 0, np.clip(np.nan_to_num(rounded, posinf=high, neginf=low), low, high))
+    got = [v & 0xFFFFFFFF if kind == "u32" else v for v in got]
     assert got == expect.astype(np.int64).tolist()
 
 
@@ -345,7 +351,7 @@ def test_float_to_a_narrow_integer_saturates_to_its_range(kind, rounding):
     ("\tdiv.approx.f32 %f3, %f1, %f2;", "a division of floats"),
     ("\tmad.f32 %f3, %f1, %f2, %f1;", "not a fused multiply-add of sm_20"),
     ("\tcvt.rz.f32.s32 %f3, %r1;", "other roundings"),
-    ("\tcvt.rmi.s32.f32 %r9, %f1;", ".rmi / .rpi to an int"),
+    ("\tcvt.rp.f32.s32 %f3, %r1;", "other roundings to a float"),
     ("\tmax.ftz.f32 %f3, %f1, %f2;", ".ftz flushes subnormals"),
     ("\tmax.xorsign.abs.f32 %f3, %f1, %f2;", "max.f32 with .xorsign, .abs"),
     ("\tsetp.lt.and.f32 %p1, %f1, %f2, %p2;", "combining operation"),

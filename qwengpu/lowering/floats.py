@@ -579,8 +579,8 @@ class _Rewriter:
 
     # -- conversions that need no rounding of a sum: truncf / floorf / ceilf, and (int) / (unsigned) of a float ----
     def _cvt(self, inst: Instruction) -> None:
-        """cvt.rzi / rmi / rpi .f32.f32 (truncf, floorf, ceilf) and cvt.rzi.s32 / u32 .f32 ((int)x, (unsigned)x):
-        bit work on the exponent and the fraction; cvt.rn.f32.s32 / u32 ((float)i) and of the narrow integers
+        """cvt.rzi / rmi / rpi .f32.f32 (truncf, floorf, ceilf) and cvt.rzi / rni / rmi / rpi to an integer ((int)x,
+        __float2int_rn / _rd / _ru): bit work on the exponent and the fraction; cvt.rn.f32.s32 / u32 ((float)i) and of the narrow integers
         (s16 / u16 / s8 / u8, widened first): _from_integer. Other conversions are refused."""
         mods = inst.modifiers
         dst, (x,) = self._operands(inst, 1)
@@ -592,6 +592,14 @@ class _Rewriter:
             self._to_integer(dst, x, signed=mods[1] == "s32", nearest=mods[0] == "rni")
         elif mods in (("rn", "f32", "s32"), ("rn", "f32", "u32")):
             self._from_integer(dst, x, signed=mods[2] == "s32")
+        elif mods[0] in ("rmi", "rpi") and mods[1] in ("s32", "u32") + NARROW_INTEGERS and mods[2] == "f32":
+            # __float2int_rd / _ru: floorf / ceilf (an integer, exact), then toward zero, saturated as PTX says
+            whole = self.temp()
+            self._round_to_integer(whole, x, mods[0])
+            if mods[1] in NARROW_INTEGERS:
+                self._to_narrow_integer(dst, whole, mods[1], nearest=False)
+            else:
+                self._to_integer(dst, whole, signed=mods[1] == "s32")
         elif mods[0] in ("rzi", "rni") and mods[1] in NARROW_INTEGERS and mods[2] == "f32":
             self._to_narrow_integer(dst, x, mods[1], nearest=mods[0] == "rni")
         elif mods[:2] == ("rn", "f32") and mods[2] in NARROW_INTEGERS:
@@ -602,11 +610,11 @@ class _Rewriter:
             self._from_integer(dst, wide, signed=signed)
         else:
             raise _refuse(inst, "the machine has no floating point: of the conversions of float32, cvt.rzi / rmi / "
-                                "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rni to .s32 / .u32 / "
-                                ".s16 / .u16 / .s8 / .u8 ((int)x, (unsigned)x, __float2int_rn, __float2uint_rn) and "
+                                "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rmi / rpi / rni to "
+                                ".s32 / .u32 / .s16 / .u16 / .s8 / .u8 ((int)x, __float2int_rn / _rd / _ru, ...) and "
                                 "cvt.rn.f32 of those (int, short or char to float) run; conversions from or to 64-bit "
-                                "types or half (double, long long, half, lrintf) and other roundings (.rz / .rm / .rp "
-                                "to a float, .rmi / .rpi to an int) are not built (qwengpu/KERNELS.md)")
+                                "types or half (double, long long, half, lrintf) and other roundings to a float (.rz / "
+                                ".rm / .rp) are not built (qwengpu/KERNELS.md)")
 
     def _exponent_shift(self, magnitude) -> Reg:
         """150 - exponent: how many of the 23 fraction bits lie below the units (<= 0: none, the float is an
