@@ -813,6 +813,18 @@ def test_the_loop_forms_on_the_machine(monkeypatch, division, root):
 
 # ------------------------------------------------------------------------------------------------ refusals
 
+def test_a_math_function_built_on_the_approximate_reciprocal_says_so():
+    """fmodf is exact in C, but CUDA's math library computes it with rcp.approx.ftz: the refusal names the
+    approximation and the user's line, not --use_fast_math, which the user did not ask for."""
+    source = ('extern "C" __global__ void k(float *y, const float *x)\n'
+              '{\n    y[threadIdx.x] = fmodf(x[threadIdx.x], 2.0f);\n}\n')
+    dev = Device()
+    kernel = dev.load_kernel(source, "k")
+    with pytest.raises(MachineError, match=r"rcp\.approx is the GPU's own hardware approximation.*inside fmodf.*\n"
+                                           r"  from kernel\.cu line 3: y\[threadIdx\.x\] = fmodf"):
+        dev.launch(kernel, threads=4, args=[dev.alloc(4), dev.alloc(4)])
+
+
 @pytest.mark.parametrize("opcode, named", [
     ("add.sat.f32", r"runs with a rounding modifier \(\.rn, \.rz, \.rm, \.rp\) and without \.sat, not with \.sat"),
     ("mul.rz.sat.f32", r"not with \.rz, \.sat"),

@@ -304,6 +304,12 @@ class _Rewriter:
             kinds = ", ".join(f".{t}" for t in floats if t != "f32")
             raise _refuse(inst, f"the machine has no floating point; of the float types only .f32 runs (its "
                                 f"arithmetic as integer ops), not {kinds}" + (DOUBLE_HINT if "f64" in floats else ""))
+        if "approx" in inst.modifiers and "ftz" in inst.modifiers:
+            # what CUDA's math library computes fmodf, powf, erff, ... with, fast math or not
+            raise _refuse(inst, f"the machine has no floating point: {inst.base}.approx is the GPU's own hardware "
+                                "approximation, which no integer sequence reproduces; CUDA's math library uses it "
+                                "inside fmodf, remainderf, powf, erff and the like, and --use_fast_math for / and "
+                                "sqrtf")
         if "ftz" in inst.modifiers:
             raise _refuse(inst, "the machine has no floating point, and .ftz flushes subnormals to zero: compile "
                                 "without --use_fast_math / -ftz=true")
