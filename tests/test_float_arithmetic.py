@@ -158,6 +158,8 @@ def evaluate(body: list, registers: dict[str, np.ndarray], n: int, trace: list |
                     pick(args[0], args[1])
             elif base == "shr":
                 result = (_shr_s if mods[0] == "s32" else _shr_u)(args[0], args[1])
+            elif base == "cvt" and mods in (("u32", "u16"), ("u16", "u32")):
+                result = args[0] & U32(0xFFFF)          # a half's 16 bits, in and out of its b16 register
             elif base in BINARY and len(mods) == 1:
                 result = BINARY[base](args[0], args[1]).astype(U32)
             else:
@@ -357,6 +359,61 @@ def test_int_to_float():
     for kind in ("s32", "u32"):
         check(kind, values)
         check(kind, -values.view(np.int32).astype(np.int64) & 0xFFFFFFFF)
+
+
+def _half_conversion(opcode: str, words: np.ndarray) -> np.ndarray:
+    """The rewritten cvt between float32 and float16 / bfloat16 evaluated on each word (a half in the low 16 bits
+    of %h1, or a float32 in %f1)."""
+    to_half = opcode.startswith("cvt.rn")
+    source, target = (Reg("%f1"), Reg("%h2")) if to_half else (Reg("%h1"), Reg("%f2"))
+    body = [Instruction(opcode, (target, source), None, False, 3, opcode)]
+    kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32", "%h": "b16"}))
+    got = evaluate(kernel.body, {source.name: np.asarray(words, dtype=U32), target.name: np.zeros(len(words), U32)},
+                   len(words))[target.name]
+    return got & U32(0xFFFF) if to_half else got
+
+
+def test_every_half_widens_to_its_float32():
+    """cvt.f32.f16 / .bf16 on all 65,536 bit patterns: numpy's float16 -> float32 (exact; subnormals normalised)
+    and bfloat16's definition (float32's top half), a NaN the canonical float32 NaN."""
+    halves = np.arange(1 << 16, dtype=U32)
+    f16 = halves.astype(np.uint16).view(np.float16)
+    expect = np.where(np.isnan(f16), U32(CANONICAL_NAN), f16.astype(np.float32).view(U32))
+    np.testing.assert_array_equal(_half_conversion("cvt.f32.f16", halves), expect)
+    widened = (halves << U32(16)).view(np.float32)
+    expect = np.where(np.isnan(widened), U32(CANONICAL_NAN), halves << U32(16))
+    np.testing.assert_array_equal(_half_conversion("cvt.f32.bf16", halves), expect)
+
+
+def _near_halves(rng) -> np.ndarray:
+    """float32 words around every float16's and bfloat16's value and halfway points: the rounding boundaries."""
+    f16 = np.arange(0, 0x7C01, dtype=np.uint16).view(np.float16).astype(np.float32).view(U32)
+    bf16 = (np.arange(0, 0x7F81, dtype=U32) << U32(16))
+    centres = np.concatenate([f16, bf16, bf16 + U32(0x8000), f16 + U32(0x1000)])
+    offsets = rng.integers(-2, 3, len(centres)).astype(np.int64)
+    near = (centres.astype(np.int64) + offsets).clip(0, 0x7FFFFFFF).astype(U32)
+    words = np.concatenate([centres, near, random_bits(rng, 200000), mixed_scale(rng, 50000)])
+    return np.concatenate([words, words | U32(SIGN_BIT), np.array(EDGE, dtype=U32)])
+
+
+def test_float32_rounds_to_the_nearest_float16():
+    """cvt.rn.f16.f32 against numpy's float32 -> float16 (round to nearest even; subnormal halves, 65520 and up to
+    infinity) on every boundary and random words; a NaN the canonical 0x7fff."""
+    words = _near_halves(np.random.default_rng(16))
+    f32 = words.view(np.float32)
+    with np.errstate(over="ignore"):
+        expect = np.where(np.isnan(f32), U32(0x7FFF), f32.astype(np.float16).view(np.uint16).astype(U32))
+    np.testing.assert_array_equal(_half_conversion("cvt.rn.f16.f32", words), expect)
+
+
+def test_float32_rounds_to_the_nearest_bfloat16():
+    """cvt.rn.bf16.f32 against torch's float32 -> bfloat16 (round to nearest even), a NaN the canonical 0x7fff."""
+    torch = pytest.importorskip("torch")
+    words = _near_halves(np.random.default_rng(17))
+    f32 = words.view(np.float32)
+    reference = torch.from_numpy(f32.copy()).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    expect = np.where(np.isnan(f32), U32(0x7FFF), reference.astype(U32))
+    np.testing.assert_array_equal(_half_conversion("cvt.rn.bf16.f32", words), expect)
 
 
 def _rounded(q: Fraction, mode: str) -> int:

@@ -94,6 +94,10 @@ LARGEST = 0x7F7FFFFF            # the largest finite magnitude
 # What to write instead of a double, which the first float kernels hold by accident: C reads 2.0 as a double.
 DOUBLE_HINT = ("; a double is 64 bits, which the machine's words do not hold: write float, and 2.0f for a literal "
                "(C reads 2.0 or 1e-3 as a double and computes the expression in double)")
+# float32 <-> float16 / bfloat16 (cuda_fp16.h's __half2float / __float2half, cuda_bf16.h's): a half is 16 bits of a
+# b16 register; its arithmetic is float32's, rounded back (exact: float32 holds twice a half's digits and more).
+HALF_CONVERSIONS = {("f32", "f16"), ("f32", "bf16"), ("rn", "f16", "f32"), ("rn", "bf16", "f32")}
+HALF_NAN = 0x7FFF               # the canonical NaN of float16 and bfloat16, as of float32 0x7fffffff
 NARROW_INTEGERS = ("s16", "u16", "s8", "u8")     # sources of (float)c a char or short register holds
 # Keys of the total order (x ^ ((x >> 31) >>> 1), signed) below and above every float: a NaN operand of max / min
 # takes one of them, so the other operand wins.
@@ -199,7 +203,8 @@ def as_integers(kernel: Kernel) -> Kernel:
             rewriter.rewrite(item)
         else:
             rewriter.body.append(item)
-    registers = {name: ("b32" if typ == "f32" else typ) for name, typ in kernel.registers.items()}
+    registers = {name: {"f32": "b32", "f16": "b16", "bf16": "b16"}.get(typ, typ)
+                 for name, typ in kernel.registers.items()}
     registers.update(rewriter.temporaries)
     return dataclasses.replace(kernel, body=rewriter.body, registers=registers)
 
@@ -300,6 +305,9 @@ class _Rewriter:
     def rewrite(self, inst: Instruction) -> None:
         self.inst = inst
         floats = _float_types(inst)
+        if inst.base == "cvt" and inst.modifiers in HALF_CONVERSIONS:
+            self._half_conversion(inst)
+            return
         if set(floats) != {"f32"}:
             kinds = ", ".join(f".{t}" for t in floats if t != "f32")
             raise _refuse(inst, f"the machine has no floating point; of the float types only .f32 runs (its "
@@ -621,6 +629,66 @@ class _Rewriter:
                                 "cvt.rn.f32 of those (int, short or char to float) run; conversions from or to 64-bit "
                                 "types or half (double, long long, half, lrintf) and other roundings to a float (.rz / "
                                 ".rm / .rp) are not built (qwengpu/KERNELS.md)")
+
+    def _half_conversion(self, inst: Instruction) -> None:
+        """cvt.f32.f16 / .bf16 (exact) and cvt.rn.f16 / .bf16 .f32 (to nearest even), the half in a b16 register.
+        A NaN becomes the canonical NaN of its new width, as NVIDIA's float unit writes NaN results."""
+        dst, (x,) = self._operands(inst, 1)
+        if inst.modifiers[0] == "f32":
+            word = self.emit("cvt.u32.u16", x)
+            self._from_half(dst, word, inst.modifiers[1])
+        else:
+            half = self.temp()
+            self._to_half(half, x, inst.modifiers[1])
+            self.emit("cvt.u16.u32", half, dst=dst)
+
+    def _from_half(self, dst: Reg, word: Reg, kind: str) -> None:
+        """The float32 of a half's bits (in a word's low 16): bfloat16 is float32's top half; a float16's exponent
+        is rebased (a subnormal's significand converted as an integer, then scaled by 2^-24: exact)."""
+        magnitude = self.emit("and.b32", word, Imm(0x7FFF))
+        sign = self.emit("shl.b32", self.emit("and.b32", word, Imm(0x8000)), Imm(16))
+        if kind == "bf16":
+            self.emit("shl.b32", word, Imm(16), dst=dst)
+            self.replace_where(dst, Imm(CANONICAL_NAN), self.emit("setp.gt.u32", magnitude, Imm(0x7F80)))
+            return
+        # normal: exponent + 112, the 10 fraction bits at the top of float32's 23
+        self.emit("add.s32", self.emit("shl.b32", magnitude, Imm(13)), Imm(112 << 23), dst=dst)
+        subnormal = self.temp()
+        self._from_integer(subnormal, magnitude, signed=False)          # (float)m, m < 1024: exact
+        self.where(self.emit("setp.lt.u32", magnitude, Imm(0x0400)), "sub.s32", dst, subnormal, Imm(24 << 23))
+        self.replace_where(dst, Imm(0), self.emit("setp.eq.u32", magnitude, Imm(0)))
+        self.replace_where(dst, Imm(INFINITY), self.emit("setp.ge.u32", magnitude, Imm(0x7C00)))
+        self.emit("or.b32", dst, sign, dst=dst)                        # (float)0 is +0: the sign makes -0
+        self.replace_where(dst, Imm(CANONICAL_NAN), self.emit("setp.gt.u32", magnitude, Imm(0x7C00)))
+
+    def _to_half(self, dst: Reg, x, kind: str) -> None:
+        """A float32 rounded to nearest even as a half's 16 bits: bfloat16 keeps float32's exponent (add half a unit
+        less one plus the units bit, keep the top 16 bits: a carry runs into the exponent, to infinity at the top);
+        float16 rebases it, 65520 and above overflow to infinity, below 2^-14 the significand is shifted into a
+        subnormal and rounded there (a carry gives the smallest normal, as it should)."""
+        magnitude = self.magnitude(x)
+        nan = self.is_nan(magnitude)
+        if kind == "bf16":
+            units = self.emit("and.b32", self.emit("shr.u32", x, Imm(16)), Imm(1))
+            rounded = self.emit("add.s32", self.emit("add.s32", x, Imm(0x7FFF)), units)
+            self.emit("shr.u32", rounded, Imm(16), dst=dst)
+            self.replace_where(dst, Imm(HALF_NAN), nan)
+            return
+        sign = self.emit("and.b32", self.emit("shr.u32", x, Imm(16)), Imm(0x8000))
+        units = self.emit("and.b32", self.emit("shr.u32", magnitude, Imm(13)), Imm(1))
+        normal = self.emit("add.s32", self.emit("add.s32", magnitude, Imm(0x0FFF)), units)
+        self.emit("sub.s32", self.emit("shr.u32", normal, Imm(13)), Imm(112 << 10), dst=dst)
+        # below 2^-14: m = the significand (hidden bit set) shifted right by 126 - exponent (14..; 32 or more: 0)
+        significand = self.emit("or.b32", self.emit("and.b32", magnitude, Imm(0x007FFFFF)), Imm(0x00800000))
+        shift = self.emit("sub.s32", Imm(126), self.emit("shr.u32", magnitude, Imm(23)))
+        kept = self.emit("shr.u32", significand, shift)
+        half = self.emit("shl.b32", Imm(1), self.emit("sub.s32", shift, Imm(1)))
+        bias = self.emit("add.s32", self.emit("sub.s32", half, Imm(1)), self.emit("and.b32", kept, Imm(1)))
+        small = self.emit("shr.u32", self.emit("add.s32", significand, bias), shift)
+        self.replace_where(dst, small, self.emit("setp.lt.u32", magnitude, Imm(0x38800000)))
+        self.replace_where(dst, Imm(0x7C00), self.emit("setp.ge.u32", magnitude, Imm(0x477FF000)))
+        self.emit("or.b32", dst, sign, dst=dst)
+        self.replace_where(dst, Imm(HALF_NAN), nan)
 
     def _exponent_shift(self, magnitude) -> Reg:
         """150 - exponent: how many of the 23 fraction bits lie below the units (<= 0: none, the float is an
