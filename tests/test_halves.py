@@ -1,0 +1,157 @@
+"""__half (<cuda_fp16.h>) and __nv_bfloat16 (<cuda_bf16.h>) kernels on the interpreter: the stand-in headers'
+arithmetic, comparisons and conversions against results computed in float64 and rounded once (numpy's float16,
+torch's bfloat16), edge values included; and, on a lent GPU, the conversions of NaNs against CUDA's own headers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qwengpu import Device, toolchain
+from qwengpu.toolchain import CompileError
+
+pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(), reason="NVRTC cannot be loaded")
+
+HALVES = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+// op is a launch argument: the lowering folds the choice, so each launch holds one operation's code
+template <typename T>
+__device__ void arithmetic(T *y, const T *a, const T *b, int *flags, int op)
+{
+    int i = threadIdx.x;
+    T r = -a[i];
+    if (op == 0) r = a[i] + b[i];
+    if (op == 1) r = a[i] - b[i];
+    if (op == 2) r = a[i] * b[i];
+    if (op == 3) r = a[i] / b[i];
+    if (op == 4) r = __hmax(a[i], b[i]);
+    if (op == 6)
+        flags[i] = (a[i] < b[i]) | (a[i] == b[i]) << 1 | (a[i] != b[i]) << 2 | __hisnan(a[i]) << 3
+                   | (__hisinf(a[i]) & 3) << 4;
+    else
+        y[i] = r;
+}
+
+extern "C" __global__ void halves(__half *y, const __half *a, const __half *b, int *flags, int op)
+{ arithmetic(y, a, b, flags, op); }
+
+extern "C" __global__ void bfloats(__nv_bfloat16 *y, const __nv_bfloat16 *a, const __nv_bfloat16 *b, int *flags,
+                                   int op)
+{ arithmetic(y, a, b, flags, op); }
+"""
+N = 16          # halves a round, 4 a launch (one warp)
+
+
+def _edges(kind: str) -> np.ndarray:
+    """Bit patterns: zeros, the smallest subnormals, the largest finite, infinities, NaNs, 1 and neighbours."""
+    if kind == "f16":
+        return np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x0400, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00,
+                         0x7C01, 0x3C00, 0x3C01, 0xBBFF, 0x4000], dtype=np.uint16)
+    return np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x007F, 0x0080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80, 0x7FC0,
+                     0x7F81, 0x3F80, 0x3F81, 0xBF7F, 0x4000], dtype=np.uint16)
+
+
+def _to_float(bits: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "f16":
+        return bits.view(np.float16).astype(np.float64)
+    with np.errstate(invalid="ignore"):         # NaN patterns widen to NaNs
+        return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _round(values: np.ndarray, kind: str) -> np.ndarray:
+    """float64 results rounded once to the half format (exact, or innocuous: float64 holds more than twice a
+    half's digits), a NaN the canonical 0x7fff."""
+    with np.errstate(all="ignore"):
+        if kind == "f16":
+            bits = values.astype(np.float16).view(np.uint16)
+        else:
+            torch = pytest.importorskip("torch")
+            # float64 -> float32 -> bfloat16: each step rounds a result that float64 / float32 hold with twice the
+            # target's digits and more, so the two roundings are one
+            bits = torch.from_numpy(values.astype(np.float32)).to(torch.bfloat16).view(torch.int16).numpy()
+            bits = bits.view(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FFF), bits).astype(np.uint16)
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_half_arithmetic_and_comparisons_equal_float64_rounded_once(kind):
+    rng = np.random.default_rng(5 if kind == "f16" else 6)
+    dev = Device()
+    kernel = dev.load_kernel(HALVES, "halves" if kind == "f16" else "bfloats")
+    y, a, b, flags = dev.alloc(2), dev.alloc(2), dev.alloc(2), dev.alloc(4)
+    edges = _edges(kind)
+    rounds = [(edges, edges[::-1].copy()), (edges, np.roll(edges, 3))]
+    for _ in range(2):
+        rounds.append((rng.integers(0, 1 << 16, N).astype(np.uint16), rng.integers(0, 1 << 16, N).astype(np.uint16)))
+        near = rng.integers(0x3000, 0x4800, N).astype(np.uint16) | (rng.integers(0, 2, N).astype(np.uint16) << 15)
+        rounds.append((near, near ^ rng.integers(0, 4, N).astype(np.uint16)))
+    for av, bv in rounds:
+        got = np.zeros((6, N), dtype=np.uint16)
+        got_flags = np.zeros(N, dtype=np.int32)
+        for k in range(0, N, 4):
+            dev.write(a, av[k:k + 4].view(np.int32))
+            dev.write(b, bv[k:k + 4].view(np.int32))
+            for op in range(7):
+                dev.launch(kernel, threads=4, args=[y, a, b, flags, op])
+                if op < 6:
+                    got[op, k:k + 4] = dev.read(y, 2).view(np.uint16)
+            got_flags[k:k + 4] = dev.read(flags, 4)
+        fa, fb = _to_float(av, kind), _to_float(bv, kind)
+        with np.errstate(all="ignore"):
+            maximum = np.where(np.isnan(fa), fb, np.where(np.isnan(fb), fa, np.maximum(fa, fb)))
+            maximum = np.where((fa == 0) & (fb == 0), np.where(np.signbit(fa) & np.signbit(fb), -0.0, 0.0), maximum)
+            want = np.stack([_round(fa + fb, kind), _round(fa - fb, kind), _round(fa * fb, kind),
+                             _round(fa / fb, kind), _round(maximum, kind), av ^ np.uint16(0x8000)])
+        np.testing.assert_array_equal(got, want, err_msg=f"{kind} {av} {bv}")
+        inf = np.where(np.isinf(fa), np.where(fa > 0, 1, 3), 0)
+        want_flags = ((fa < fb) | (fa == fb) << 1 | (fa != fb) << 2 | np.isnan(fa) << 3 | inf << 4)
+        np.testing.assert_array_equal(got_flags, want_flags.astype(np.int32))
+
+
+def test_a_double_makes_no_half():
+    """__half(double) is deleted: a double converts to a half only through float here, which would round twice."""
+    source = ('#include <cuda_fp16.h>\n'
+              'extern "C" __global__ void k(__half *y) { y[threadIdx.x] = __half(1.1); }\n')
+    with pytest.raises(CompileError, match="deleted function"):
+        Device().load_kernel(source, "k")
+
+
+NANS = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void nans(unsigned *widened, unsigned short *narrowed, const unsigned short *h,
+                                const unsigned *f)
+{
+    int i = threadIdx.x;
+    widened[i] = __float_as_uint(__half2float(__ushort_as_half(h[i])));
+    widened[i + 4] = __float_as_uint(__bfloat162float(__ushort_as_bfloat16(h[i + 4])));
+    narrowed[i] = __half_as_ushort(__float2half(__uint_as_float(f[i])));
+    narrowed[i + 4] = __bfloat16_as_ushort(__float2bfloat16(__uint_as_float(f[i])));
+}
+"""
+
+
+def test_on_a_gpu_half_conversions_of_nans_match_cudas_headers():
+    """The NaNs' bits: the machine makes every NaN the canonical one of its width; a GPU with CUDA's own headers
+    (CuPy's NVRTC) is the reference, where a device is lent (bench/gpu_check.sh runs the tests)."""
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed (pip install cupy-cuda12x): no GPU test here")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as e:      # noqa: BLE001
+        pytest.skip(f"no CUDA device: {e}")
+    halves = np.array([0x7E00, 0xFE01, 0x7C01, 0x7FFF, 0x7FC0, 0xFF81, 0x7F80 | 0x0041, 0x7FFF], dtype=np.uint16)
+    floats = np.array([0x7FC00000, 0xFF800001, 0x7F800001, 0x7FFFFFFF], dtype=np.uint32)
+    module = cupy.RawModule(code=NANS.replace("#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n",
+                                              "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"),
+                            options=("--std=c++17",))
+    widened, narrowed = cupy.zeros(8, cupy.uint32), cupy.zeros(8, cupy.uint16)
+    module.get_function("nans")((1,), (4,), (widened, narrowed, cupy.asarray(halves), cupy.asarray(floats)))
+    dev = Device()
+    w, n, h, f = dev.alloc(8), dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    dev.write(h, halves.view(np.int32))
+    dev.write(f, floats.view(np.int32))
+    dev.launch(dev.load_kernel(NANS, "nans"), threads=4, args=[w, n, h, f])
+    assert dev.read(w, 8).view(np.uint32).tolist() == cupy.asnumpy(widened).tolist()
+    assert dev.read(n, 4).view(np.uint16).tolist() == cupy.asnumpy(narrowed).tolist()
