@@ -109,6 +109,40 @@ def test_half_arithmetic_and_comparisons_equal_float64_rounded_once(kind):
         np.testing.assert_array_equal(got_flags, want_flags.astype(np.int32))
 
 
+PAIRS = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void pairs(__half2 *y, const __half2 *a, const __half2 *b, __nv_bfloat162 *z, const float2 *f)
+{
+    int i = threadIdx.x;
+    __half2 s = a[i] + b[i];
+    s *= __half2half2(__float2half(0.5f));
+    y[i] = __hmax2(s, -a[i]);
+    z[i] = __float22bfloat162_rn(f[i]);
+}
+"""
+
+
+def test_pairs_of_halves_compute_lane_by_lane():
+    """__half2 / __nv_bfloat162: a word of two halves (x low, y high), each lane's arithmetic the single half's."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(22)
+    a = rng.integers(0x2000, 0x5000, 8).astype(np.uint16) | (rng.integers(0, 2, 8).astype(np.uint16) << 15)
+    b = rng.integers(0x2000, 0x5000, 8).astype(np.uint16)
+    f = rng.standard_normal(8).astype(np.float32) * 100
+    dev = Device()
+    y, ya, yb, z, zf = dev.alloc(4), dev.alloc(4), dev.alloc(4), dev.alloc(4), dev.alloc(8)
+    dev.write(ya, a.view(np.int32))
+    dev.write(yb, b.view(np.int32))
+    dev.write(zf, f.view(np.int32))
+    dev.launch(dev.load_kernel(PAIRS, "pairs"), threads=4, args=[y, ya, yb, z, zf])
+    fa, fb = _to_float(a, "f16"), _to_float(b, "f16")
+    s = _to_float(_round(_to_float(_round(fa + fb, "f16"), "f16") * 0.5, "f16"), "f16")
+    np.testing.assert_array_equal(dev.read(y, 4).view(np.uint16), _round(np.maximum(s, -fa), "f16"))
+    want = torch.from_numpy(f).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(dev.read(z, 4).view(np.uint16), want)
+
+
 def test_a_double_makes_no_half():
     """__half(double) is deleted: a double converts to a half only through float here, which would round twice."""
     source = ('#include <cuda_fp16.h>\n'

@@ -4,6 +4,12 @@
 #include "qwengpu_halves.h"
 QWENGPU_HALF_TYPE(__nv_bfloat16, __nv_bfloat16_raw, "bf16", __float2bfloat16_rn, __bfloat162float)
 typedef __nv_bfloat16 nv_bfloat16;
+QWENGPU_HALF2_TYPE(__nv_bfloat162, __nv_bfloat16, __floats2bfloat162_rn, __bfloat1622float2, __low2bfloat16,
+                   __high2bfloat16, __float2bfloat16_rn, __bfloat162float)
+typedef __nv_bfloat162 nv_bfloat162;
+static __device__ __forceinline__ __nv_bfloat162 __halves2bfloat162(__nv_bfloat16 a, __nv_bfloat16 b)
+{ return __nv_bfloat162(a, b); }
+static __device__ __forceinline__ __nv_bfloat162 __float22bfloat162_rn(float2 f) { return __floats2bfloat162_rn(f.x, f.y); }
 static __device__ __forceinline__ __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
 static __device__ __forceinline__ unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 static __device__ __forceinline__ short __bfloat16_as_short(__nv_bfloat16 h) { return (short)h.__x; }

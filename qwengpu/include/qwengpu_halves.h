@@ -5,8 +5,9 @@
  * machine builds from integer operations; its arithmetic is float32's, rounded back to a half: the same bits as the
  * GPU's correctly rounded half arithmetic (float32 holds more than twice a half's digits, so rounding twice is
  * rounding once), NaN results the canonical NaN. A double converts to a half only through float here (the machine
- * has no doubles): __half(double) is deleted, write 1.5f. Not here: __half2 / __nv_bfloat162 vectors, fused
- * multiply-adds (__hfma: float32's would round twice) and the approximate functions (hsqrt, hexp, ...). */
+ * has no doubles): __half(double) is deleted, write 1.5f. Pairs (__half2, __nv_bfloat162) compute lane by lane.
+ * Not here: fused multiply-adds (__hfma: float32's would round twice) and the approximate functions (hsqrt, hexp,
+ * ...). */
 #pragma once
 
 #define QWENGPU_HALF_TYPE(T, RAW, KIND, TO_HALF, TO_FLOAT)                                                      \
@@ -63,3 +64,31 @@ static __device__ __forceinline__ bool operator<(T a, T b) { return __hlt(a, b);
 static __device__ __forceinline__ bool operator<=(T a, T b) { return __hle(a, b); }                             \
 static __device__ __forceinline__ bool operator>(T a, T b) { return __hgt(a, b); }                              \
 static __device__ __forceinline__ bool operator>=(T a, T b) { return __hge(a, b); }
+
+/* The pair of halves in a word (__half2, __nv_bfloat162): x in the low 16 bits, y in the high, each lane's
+ * arithmetic the single half's. */
+#define QWENGPU_HALF2_TYPE(T2, T, FROM_FLOATS, TO_FLOAT2, LOW, HIGH, TO_HALF, TO_FLOAT)                         \
+struct __align__(4) T2 {                                                                                        \
+    T x, y;                                                                                                     \
+    T2() = default;                                                                                             \
+    __device__ T2(T a, T b) : x(a), y(b) {}                                                                     \
+};                                                                                                              \
+static __device__ __forceinline__ T2 FROM_FLOATS(float a, float b) { return T2(TO_HALF(a), TO_HALF(b)); }       \
+static __device__ __forceinline__ float2 TO_FLOAT2(T2 h) { return make_float2(TO_FLOAT(h.x), TO_FLOAT(h.y)); }  \
+static __device__ __forceinline__ T LOW(T2 h) { return h.x; }                                                   \
+static __device__ __forceinline__ T HIGH(T2 h) { return h.y; }                                                  \
+static __device__ __forceinline__ T2 __hadd2(T2 a, T2 b) { return T2(__hadd(a.x, b.x), __hadd(a.y, b.y)); }     \
+static __device__ __forceinline__ T2 __hsub2(T2 a, T2 b) { return T2(__hsub(a.x, b.x), __hsub(a.y, b.y)); }     \
+static __device__ __forceinline__ T2 __hmul2(T2 a, T2 b) { return T2(__hmul(a.x, b.x), __hmul(a.y, b.y)); }     \
+static __device__ __forceinline__ T2 __h2div(T2 a, T2 b) { return T2(__hdiv(a.x, b.x), __hdiv(a.y, b.y)); }     \
+static __device__ __forceinline__ T2 __hneg2(T2 a) { return T2(__hneg(a.x), __hneg(a.y)); }                     \
+static __device__ __forceinline__ T2 __habs2(T2 a) { return T2(__habs(a.x), __habs(a.y)); }                     \
+static __device__ __forceinline__ T2 __hmax2(T2 a, T2 b) { return T2(__hmax(a.x, b.x), __hmax(a.y, b.y)); }     \
+static __device__ __forceinline__ T2 __hmin2(T2 a, T2 b) { return T2(__hmin(a.x, b.x), __hmin(a.y, b.y)); }     \
+static __device__ __forceinline__ T2 operator+(T2 a, T2 b) { return __hadd2(a, b); }                            \
+static __device__ __forceinline__ T2 operator-(T2 a, T2 b) { return __hsub2(a, b); }                            \
+static __device__ __forceinline__ T2 operator*(T2 a, T2 b) { return __hmul2(a, b); }                            \
+static __device__ __forceinline__ T2 operator/(T2 a, T2 b) { return __h2div(a, b); }                            \
+static __device__ __forceinline__ T2 operator-(T2 a) { return __hneg2(a); }                                     \
+static __device__ __forceinline__ T2 &operator+=(T2 &a, T2 b) { a = __hadd2(a, b); return a; }                  \
+static __device__ __forceinline__ T2 &operator*=(T2 &a, T2 b) { a = __hmul2(a, b); return a; }
