@@ -34,7 +34,7 @@ from .isa import DIVISIONS, LANES, NONE, SINK, MachineError, encode_block
 from .lowering import Program
 from .specialize import Specializer
 from .ptx import parse
-from .toolchain import compile_with_names, ptx_for, source_lines
+from .toolchain import NVRTCUnavailable, compile_with_names, ptx_for, source_lines
 
 MAX_THREADS = 1024
 MAX_BLOCKS = 1024
@@ -71,7 +71,10 @@ class CudaOrigin:
         where NVRTC's line information has one; else ``error`` itself."""
         if error.line is None:
             return error
-        line = source_lines(self.text, ptx, self.name, self.expressions).get(error.line)
+        try:
+            line = source_lines(self.text, ptx, self.name, self.expressions).get(error.line)
+        except (MachineError, NVRTCUnavailable):      # no second compile here: the refusal as it is
+            return error
         code = self.text.splitlines()
         if line is None or line > len(code):
             return error
