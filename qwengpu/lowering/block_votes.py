@@ -51,7 +51,7 @@ def rewrite(kernel: Kernel) -> Kernel:
         if not (isinstance(item, Instruction) and item.base == "bar" and "red" in item.modifiers):
             body.append(item)
             continue
-        body += _reduction(item, seen, temp, f"{prefix}p")
+        body += _reduction(item, seen, temp)
     registers = dict(kernel.registers)
     registers[prefix] = "b32"
     registers[f"{prefix}p"] = "pred"
@@ -60,7 +60,7 @@ def rewrite(kernel: Kernel) -> Kernel:
     return dataclasses.replace(kernel, body=body, registers=registers, shared=shared)
 
 
-def _reduction(inst: Instruction, seen: Reg, temp, flag: str) -> list[Instruction]:
+def _reduction(inst: Instruction, seen: Reg, temp) -> list[Instruction]:
     op = next((m for m in inst.modifiers if m in OPS), None)
     if op is None or OPS[op] not in inst.modifiers or len(inst.operands) not in (3, 4):
         raise MachineError(f"unsupported PTX instruction at line {inst.line} (the block reductions are "
@@ -71,7 +71,7 @@ def _reduction(inst: Instruction, seen: Reg, temp, flag: str) -> list[Instructio
                            f"{inst.text}", line=inst.line)
     d, barrier, *count, p = inst.operands
     where = (inst.line, inst.text)
-    one, total, threads = temp(), temp(), temp()
+    one, total = temp(), temp()
     out = [Instruction("selp.u32", (one, Imm(1), Imm(0), p), None, False, *where),
            Instruction("red.shared.add.u32", (Mem(COUNT, 0), one), None, False, *where),
            Instruction("bar.sync", (barrier, *count), None, False, *where),
@@ -85,6 +85,7 @@ def _reduction(inst: Instruction, seen: Reg, temp, flag: str) -> list[Instructio
         if op == "or":
             out.append(Instruction("setp.ne.u32", (d, new, Imm(0)), None, False, *where))
         else:
+            threads = temp()
             out += [Instruction("mul.lo.u32", (threads, Reg("%ntid.x"), Reg("%ntid.y")), None, False, *where),
                     Instruction("mul.lo.u32", (threads, threads, Reg("%ntid.z")), None, False, *where),
                     Instruction("setp.eq.u32", (d, new, threads), None, False, *where)]
