@@ -27,8 +27,9 @@ _NAME = r"[A-Za-z_$][\w$]*"
 _HEADER = re.compile(r"(?:\.(?:visible|weak|extern)\s+)*\.func\s*(\(\s*\.param[^)]*\))?\s*(" + _NAME + r")\s*"
                      r"\(([^)]*)\)\s*(?:\.noreturn\s*)?([{;])")
 _PARAM = re.compile(r"\s*\.param\s+(?:\.align\s+\d+\s+)?\.([busf]\d+)\s+(" + _NAME + r")\s*(\[\s*\d*\s*\])?\s*")
-_CALL = re.compile(r"(@!?%?" + _NAME + r"\s+)?(?<![\w$.%])call(?:\.uni)?\s*(?:\(\s*(" + _NAME + r")\s*\)\s*,)?\s*(" + _NAME +
-                   r")\s*(?:,\s*\(([^)]*)\))?\s*;")
+# a call statement: (guard, result, callee, arguments)
+_CALL = re.compile(r"(@!?%?" + _NAME + r"\s+)?(?<![\w$.%])call(?:\.uni)?\s*(?:\(\s*(" + _NAME + r")\s*\)\s*,)?"
+                   r"\s*(" + _NAME + r")\s*(?:,\s*\(([^)]*)\))?\s*;")
 _REG = re.compile(r"\.reg\s+\.(\w+)\s+([^;]+);")
 _LABEL = re.compile(r"(" + _NAME + r")\s*:(?!:)")
 _LOCAL = re.compile(r"(\.local\s+(?:\.align\s+\d+\s+)?\.\w+\s+)(" + _NAME + r")(\s*\[)")
@@ -37,6 +38,7 @@ DEPTH = 8           # calls inside inlined copies, at most this deep
 
 @dataclass
 class Function:
+    """A ``.func`` of the module, as this stage reads it."""
     name: str
     result: str | None          # the return parameter's name (func_retval0), None for a void function
     params: list[str]
@@ -72,30 +74,37 @@ def functions(text: str) -> dict[str, Function]:
     return found
 
 
+class _Unbalanced(ValueError):
+    """A { without its }."""
+
+
 def _matching_brace(text: str, at: int) -> int:
     depth = 0
     for i in range(at, len(text)):
         depth += (text[i] == "{") - (text[i] == "}")
         if depth == 0:
             return i
-    raise ValueError("unbalanced braces")
+    raise _Unbalanced(at)
 
 
 def inline_calls(text: str) -> tuple[str, dict[str, str]]:
     """``text`` (comment-free PTX) with every call of a module function that can be inlined replaced by a copy of
     its body; and, for the functions whose calls stay, why (the parser's refusal names it). Line numbers hold."""
-    table = functions(text)
-    if not any(f.why_not is None for f in table.values()):
-        return text, {name: f.why_not for name, f in table.items()}
-    inliner = _Inliner(table)
-    out, at = [], 0
-    for m in re.finditer(r"\.entry\s+" + _NAME + r"\s*\([^)]*\)[^{]*\{", text):
-        close = _matching_brace(text, m.end() - 1)
-        out.append(text[at:m.end()])
-        body = text[m.end():close]
-        out.append(inliner.body(body, (), _register_types(body)))
-        at = close
-    out.append(text[at:])
+    try:
+        table = functions(text)
+        if not any(f.why_not is None for f in table.values()):
+            return text, {name: f.why_not for name, f in table.items()}
+        inliner = _Inliner(table)
+        out, at = [], 0
+        for m in re.finditer(r"\.entry\s+" + _NAME + r"\s*\([^)]*\)[^{]*\{", text):
+            close = _matching_brace(text, m.end() - 1)
+            out.append(text[at:m.end()])
+            body = text[m.end():close]
+            out.append(inliner.body(body, (), _register_types(body)))
+            at = close
+        out.append(text[at:])
+    except _Unbalanced:             # malformed PTX: left as it is, for the parser to name where
+        return text, {}
     return "".join(out), inliner.refused
 
 
