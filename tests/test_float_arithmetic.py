@@ -416,6 +416,21 @@ def test_float32_rounds_to_the_nearest_bfloat16():
     np.testing.assert_array_equal(_half_conversion("cvt.rn.bf16.f32", words), expect)
 
 
+@pytest.mark.parametrize("mode", ["rz", "rm", "rp", "rn"])
+def test_int_to_float_in_every_rounding(mode):
+    """cvt.rn / rz / rm / rp .f32.s32 / u32 ((float)i, __int2float_rz / _rd / _ru, __uint2float_*): against the exact
+    integer rounded by Python's fractions (0 gives +0)."""
+    rng = np.random.default_rng(31)
+    values = np.concatenate([np.array([0, 1, 3, 0xFFFFFFFF, 0x7FFFFFFF, 0x80000000, 0x80000001, 0xFFFFFF, 0x1000001,
+                                       0x1000003, 0x2000006, 0xFFFFFF7F, 0x7FFFFFBF, 0xFFFFFF81], dtype=U32),
+                             random_bits(rng, 3000), random_bits(rng, 3000) >> rng.integers(0, 32, 3000).astype(U32)])
+    for kind in ("s32", "u32"):
+        got = run(f"cvt.{mode}.f32.{kind}", values)
+        ints = values.view(np.int32).tolist() if kind == "s32" else values.tolist()
+        want = [0 if i == 0 else _rounded(Fraction(i), mode) for i in ints]
+        assert got.tolist() == want, kind
+
+
 def _rounded(q: Fraction, mode: str) -> int:
     """The binary32 word of the exact nonzero rational q rounded by ``mode`` (rn: to nearest even, rz: toward 0,
     rm / rp: toward minus / plus infinity): IEEE's definition on q's binade, subnormals at 2^-149, overflow to
@@ -896,10 +911,10 @@ def test_a_math_function_built_on_the_approximate_reciprocal_says_so():
     ("rcp.approx.f32", r"a reciprocal of floats runs correctly rounded .*not with \.approx"),
     ("rsqrt.approx.f32", r"a reciprocal square root of floats is only approximate in PTX"),
     ("ex2.approx.f32", r"a power of two of floats is only approximate"),
-    ("cvt.rz.f32.s32", r"of the conversions of float32, .*other roundings .* are not built"),
-    ("cvt.rn.f32.s64", r"conversions from or to 64-bit types or half .* are not built"),
-    ("cvt.rni.s64.f32", r"conversions from or to 64-bit types or half"),
-    ("cvt.rm.f32.u32", r"other roundings to a float \(\.rz / \.rm / \.rp\) are not built"),
+    ("cvt.rz.f32.s64", r"of the conversions of float32, .*conversions from or to 64-bit types .* are not built"),
+    ("cvt.rn.f32.s64", r"conversions from or to 64-bit types \(double, long long, lrintf\)"),
+    ("cvt.rni.s64.f32", r"conversions from or to 64-bit types"),
+    ("cvt.rz.f16.f32", r"of the float types only \.f32 runs .*not \.f16"),
     ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
     ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),
     ("atom.add.f32", r"add \(CUDA's atomicAdd\) on \.global or \.shared memory runs"),

@@ -98,6 +98,7 @@ DOUBLE_HINT = ("; a double is 64 bits, which the machine's words do not hold: wr
 # b16 register; its arithmetic is float32's, rounded back (exact: float32 holds twice a half's digits and more).
 HALF_CONVERSIONS = {("f32", "f16"), ("f32", "bf16"), ("rn", "f16", "f32"), ("rn", "bf16", "f32")}
 HALF_NAN = 0x7FFF               # the canonical NaN of float16 and bfloat16, as of float32 0x7fffffff
+ROUNDINGS = ("rn", "rz", "rm", "rp")     # IEEE's four: to nearest even, toward zero, minus and plus infinity
 NARROW_INTEGERS = ("s16", "u16", "s8", "u8")     # sources of (float)c a char or short register holds
 # Keys of the total order (x ^ ((x >> 31) >>> 1), signed) below and above every float: a NaN operand of max / min
 # takes one of them, so the other operand wins.
@@ -604,8 +605,9 @@ class _Rewriter:
             self._round_to_even(dst, x)
         elif mods in (("rzi", "s32", "f32"), ("rzi", "u32", "f32"), ("rni", "s32", "f32"), ("rni", "u32", "f32")):
             self._to_integer(dst, x, signed=mods[1] == "s32", nearest=mods[0] == "rni")
-        elif mods in (("rn", "f32", "s32"), ("rn", "f32", "u32")):
-            self._from_integer(dst, x, signed=mods[2] == "s32")
+        elif mods[0] in ROUNDINGS and mods[1:] in (("f32", "s32"), ("f32", "u32")):
+            # (float)i, and __int2float_rz / _rd / _ru (the directed roundings of the same sequence)
+            self._from_integer(dst, x, signed=mods[2] == "s32", mode=mods[0])
         elif mods[0] in ("rmi", "rpi") and mods[1] in ("s32", "u32") + NARROW_INTEGERS and mods[2] == "f32":
             # __float2int_rd / _ru: floorf / ceilf (an integer, exact), then toward zero, saturated as PTX says
             whole = self.temp()
@@ -616,9 +618,9 @@ class _Rewriter:
                 self._to_integer(dst, whole, signed=mods[1] == "s32")
         elif mods[0] in ("rzi", "rni") and mods[1] in NARROW_INTEGERS and mods[2] == "f32":
             self._to_narrow_integer(dst, x, mods[1], nearest=mods[0] == "rni")
-        elif mods[:2] == ("rn", "f32") and mods[2] in NARROW_INTEGERS:
+        elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in NARROW_INTEGERS:
             # (float) of a char or short (NVRTC: cvt.rn.f32.s16 / u16 of its 16-bit register): widened by the
-            # integer lowering's own cvt, then converted as an int (exact: 16 bits fit the significand)
+            # integer lowering's own cvt, then converted as an int (exact in every rounding: 16 bits fit)
             signed = mods[2].startswith("s")
             wide = self.emit(f"cvt.{'s' if signed else 'u'}32.{mods[2]}", x)
             self._from_integer(dst, wide, signed=signed)
@@ -626,9 +628,10 @@ class _Rewriter:
             raise _refuse(inst, "the machine has no floating point: of the conversions of float32, cvt.rzi / rmi / "
                                 "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rmi / rpi / rni to "
                                 ".s32 / .u32 / .s16 / .u16 / .s8 / .u8 ((int)x, __float2int_rn / _rd / _ru, ...) and "
-                                "cvt.rn.f32 of those (int, short or char to float) run; conversions from or to 64-bit "
-                                "types or half (double, long long, half, lrintf) and other roundings to a float (.rz / "
-                                ".rm / .rp) are not built (qwengpu/KERNELS.md)")
+                                "cvt.rn / rz / rm / rp .f32 of those (int, short or char to float) run; conversions "
+                                "from or to 64-bit types (double, long long, lrintf) and of PTX's own half types other "
+                                "than cvt.f32.f16 / .bf16 and cvt.rn.f16 / .bf16 .f32 are not built "
+                                "(qwengpu/KERNELS.md)")
 
     def _half_conversion(self, inst: Instruction) -> None:
         """cvt.f32.f16 / .bf16 (exact) and cvt.rn.f16 / .bf16 .f32 (to nearest even), the half in a b16 register.
@@ -816,7 +819,7 @@ class _Rewriter:
         """The rounding (``ROUNDINGS``: ``.rn``, PTX's default without a modifier, ``.rz``, ``.rm``, ``.rp``), the
         destination and the sources of add / sub / mul .f32; .sat is refused."""
         mods = [m for m in inst.modifiers if m != "f32"]
-        if mods not in ([], ["rn"], ["rz"], ["rm"], ["rp"]):
+        if mods not in [[]] + [[r] for r in ROUNDINGS]:
             named = ", ".join(f".{m}" for m in mods)
             raise _refuse(inst, f"the machine has no floating point: {inst.base}.f32 runs with a rounding modifier "
                                 f"(.rn, .rz, .rm, .rp) and without .sat, not with {named}")
@@ -1128,7 +1131,7 @@ class _Rewriter:
         self.op("or.b32", magnitude, sign, dst=dst)
         self.where(self.op("setp.gt.u32", magnitude, Imm(INFINITY)), "mov.b32", dst, Imm(CANONICAL_NAN))
 
-    def _from_integer(self, dst: Reg, x, signed: bool) -> None:
+    def _from_integer(self, dst: Reg, x, signed: bool, mode: str = "rn") -> None:
         """(float)i and (float)u, PTX's cvt.rn.f32.s32 / u32: the magnitude normalised by a binary search of its
         leading zeros, rounded to nearest even, the exponent added (a carry of the rounding runs into it); the sign
         of a negative int; 0 gives +0. |i| is at most 2^31: normalised to bit 30 (only INT_MIN has bit 31, and no
@@ -1147,7 +1150,10 @@ class _Rewriter:
             below = self.op("setp.lt.u32", value, Imm(1 << (top + 1 - k)))
             value = self.where(below, "shl.b32", value, value, Imm(k))
             lead = self.where(below, "add.s32", lead, lead, Imm(k))
-        if signed:
+        if mode != "rn":        # toward zero, or away from it where the sign is that infinity's (_round)
+            units = self._round(value, 7 if signed else 8, mode,
+                                self._toward(mode, self.op("and.b32", x, Imm(SIGN)) if signed else Imm(0)))
+        elif signed:
             units = self._round_nearest_even(value, 7)
         else:       # the 8 bits below the unit, plus the unit's lowest bit, above one half
             units = self.op("shr.u32", value, Imm(8))
