@@ -33,10 +33,11 @@ a - b and a * b (PTX add.rn / sub.rn / mul.rn.f32: round to nearest even, subnor
 infinity) of float subexpressions, words with their exponent held in a window (near 1, near 2^24, among the
 subnormals, near the largest floats: so that adds round and products underflow or overflow), edge literals (-0.0f,
 1e-45f, 1.1754944e-38f, 3.4e38f, 16777216.0f, infinities) and (float) of int and unsigned expressions
-(cvt.rn.f32.s32 / .u32; with ``--narrow`` also of shorts and chars, cvt.rn.f32.s16 / u16), and (18% of the ops: each is ~170 machine ops) a / b, 1.0f / a and sqrtf(a) (div.rn /
-rcp.rn / sqrt.rn.f32, correctly rounded: x / 0, 0 / 0, inf / inf, roots of negatives, of exact squares and of their
-neighbours), at most three arithmetic ops per float use; half the plain programs write a float expression's bits to
-out[]. Every arithmetic result is wrapped in ``canon()``, which makes a NaN the canonical NaN
+(cvt.rn.f32.s32 / .u32; with ``--narrow`` also of shorts and chars, cvt.rn.f32.s16 / u16), and (18% of the ops:
+each is ~170 machine ops) a / b, 1.0f / a and sqrtf(a) (div.rn / rcp.rn / sqrt.rn.f32, correctly rounded: x / 0, 0 /
+0, inf / inf, roots of negatives, of exact squares and of their neighbours), at most three arithmetic ops per float
+use; half the plain programs write a float expression's bits to out[].
+Every arithmetic result is wrapped in ``canon()``, which makes a NaN the canonical NaN
 0x7fffffff in both the CUDA and the C source: the GPU (and the machine) write that NaN, x86 propagates payloads or
 makes 0xffc00000, and NVRTC's compiler may fold ``x + -0.0f`` to ``x``, payload and all; operands that must not be
 NaN (fmaxf / fminf's NaN-free side) are finite, so their sum or product is never a NaN. The C reference is compiled
@@ -674,9 +675,9 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
     div, rcp, sqrt, an int / unsigned conversion, a call, a call NVRTC kept), the mismatches and the internal errors
     (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted and the
-    run goes on with the next. Without those options a seed gives the same programs as before they existed. ``time_limit``: each program
-    is lowered and run in a forked child that is killed after that many seconds (an internal error: the lowering
-    hangs); None runs it in this process."""
+    run goes on with the next. Without those options a seed gives the same programs as before they existed.
+    ``time_limit``: each program is lowered and run in a forked child that is killed after that many seconds (an
+    internal error: the lowering hangs); None runs it in this process."""
     import qwengpu.isa          # noqa: F401  imported once here, not again in each forked child
     import qwengpu.toolchain    # noqa: F401
     from qwengpu import Device  # noqa: F401
@@ -704,7 +705,8 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
                     # goes on.
                     report["internal_errors"].append((case, got))
                     if verbose:
-                        print(f"INTERNAL ERROR {got}\n{cuda_source(case.body, case.phases, case.functions)}x={case.x} s0={case.s0} "
+                        source = cuda_source(case.body, case.phases, case.functions)
+                        print(f"INTERNAL ERROR {got}\n{source}x={case.x} s0={case.s0} "
                               f"s1={case.s1} out0={case.out} threads={case.threads}", flush=True)
                     continue
                 report["ran"] += 1
@@ -712,7 +714,8 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
                 if got != want:
                     report["mismatches"].append((case, got, want))
                     if verbose:
-                        print(f"MISMATCH\n{cuda_source(case.body, case.phases, case.functions)}x={case.x} s0={case.s0} s1={case.s1} "
+                        source = cuda_source(case.body, case.phases, case.functions)
+                        print(f"MISMATCH\n{source}x={case.x} s0={case.s0} s1={case.s1} "
                               f"out0={case.out}\n machine {got}\n C       {want}", flush=True)
             done += len(cases)
             if verbose:

@@ -39,13 +39,15 @@ static __device__ __forceinline__ T __habs(T a) { RAW r; r.x = a.__x & 0x7fffu; 
 static __device__ __forceinline__ T __hmax(T a, T b) { return TO_HALF(fmaxf(TO_FLOAT(a), TO_FLOAT(b))); }       \
 static __device__ __forceinline__ T __hmin(T a, T b) { return TO_HALF(fminf(TO_FLOAT(a), TO_FLOAT(b))); }       \
 static __device__ __forceinline__ bool __heq(T a, T b) { return TO_FLOAT(a) == TO_FLOAT(b); }                   \
-static __device__ __forceinline__ bool __hne(T a, T b) { float x = TO_FLOAT(a), y = TO_FLOAT(b); return x < y || x > y; } \
+static __device__ __forceinline__ bool __hne(T a, T b)                                                          \
+{ float x = TO_FLOAT(a), y = TO_FLOAT(b); return x < y || x > y; }                                              \
 static __device__ __forceinline__ bool __hlt(T a, T b) { return TO_FLOAT(a) < TO_FLOAT(b); }                    \
 static __device__ __forceinline__ bool __hle(T a, T b) { return TO_FLOAT(a) <= TO_FLOAT(b); }                   \
 static __device__ __forceinline__ bool __hgt(T a, T b) { return TO_FLOAT(a) > TO_FLOAT(b); }                    \
 static __device__ __forceinline__ bool __hge(T a, T b) { return TO_FLOAT(a) >= TO_FLOAT(b); }                   \
 static __device__ __forceinline__ bool __hneu(T a, T b) { return TO_FLOAT(a) != TO_FLOAT(b); }                  \
-static __device__ __forceinline__ bool __hisnan(T a) { return (a.__x & 0x7fffu) > (KIND[0] == 'f' ? 0x7c00u : 0x7f80u); } \
+static __device__ __forceinline__ bool __hisnan(T a)                                                            \
+{ return (a.__x & 0x7fffu) > (KIND[0] == 'f' ? 0x7c00u : 0x7f80u); }                                            \
 static __device__ __forceinline__ int __hisinf(T a)                                                             \
 { unsigned inf = KIND[0] == 'f' ? 0x7c00u : 0x7f80u; return a.__x == inf ? 1 : a.__x == (inf | 0x8000u) ? -1 : 0; } \
 static __device__ __forceinline__ T operator+(T a, T b) { return __hadd(a, b); }                                \
