@@ -309,19 +309,8 @@ def test_without_cupy_the_transport_says_what_is_missing():
         qccl.Communicator.init_all(2, transport="cupy")
 
 
-def _gpu():
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed (pip install cupy-cuda12x): no GPU test here")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as e:      # noqa: BLE001
-        pytest.skip(f"no CUDA device: {e}")
-    return cupy
-
-
 @pytest.mark.parametrize("dtype", K.DTYPES)
-def test_on_a_gpu_every_dtype_and_op(dtype):
-    _gpu()
+def test_on_a_gpu_every_dtype_and_op(dtype, cuda_gpu):
     comms = qccl.Communicator.init_all(2, transport="cupy")
     ops = ("sum", "prod", "max", "min")
     for i, kind in enumerate(("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "sendrecv")):
@@ -508,6 +497,5 @@ def test_float_sums_equal_the_qwengpus_bit_for_bit_on_the_double(fake, dtype, n,
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("n,kind,algo", CASES)
-def test_on_a_gpu_float_sums_equal_the_qwengpus_bit_for_bit(dtype, n, kind, algo):
-    _gpu()
+def test_on_a_gpu_float_sums_equal_the_qwengpus_bit_for_bit(dtype, n, kind, algo, cuda_gpu):
     _float_sums_agree(dtype, n, kind, algo)

@@ -166,15 +166,10 @@ extern "C" __global__ void nans(unsigned *widened, unsigned short *narrowed, con
 """
 
 
-def test_on_a_gpu_half_conversions_of_nans_match_cudas_headers():
+def test_on_a_gpu_half_conversions_of_nans_match_cudas_headers(cuda_gpu):
     """The NaNs' bits: the machine makes every NaN the canonical one of its width; a GPU with CUDA's own headers
     (CuPy's NVRTC) is the reference, where a device is lent (bench/gpu_check.sh runs the tests)."""
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed (pip install cupy-cuda12x): no GPU test here")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as e:      # noqa: BLE001
-        pytest.skip(f"no CUDA device: {e}")
+    cupy = cuda_gpu
     halves = np.array([0x7E00, 0xFE01, 0x7C01, 0x7FFF, 0x7FC0, 0xFF81, 0x7F80 | 0x0041, 0x7FFF], dtype=np.uint16)
     floats = np.array([0x7FC00000, 0xFF800001, 0x7F800001, 0x7FFFFFFF], dtype=np.uint32)
     module = cupy.RawModule(code=NANS, options=("--std=c++17",))       # CUDA's own headers, as CuPy finds them
