@@ -152,7 +152,8 @@ class _Inliner:
         A parameter or the result is a set of fields, one register each: its byte offsets that ``st.param`` writes
         (a scalar: offset 0; a struct passed by value: each member's). An ``ld.param`` reads the field at its
         offset, as wide as it was written or narrower."""
-        k = self.count + 1
+        self.count += 1             # taken before the callee's own calls are inlined, which number theirs after it
+        k = self.count
         end = offset + len(call.group(0))
         before, after = scope[:offset], scope[end:]
         declared = {m.group(1) for m in _DECLARED.finditer(before)}
@@ -182,7 +183,6 @@ class _Inliner:
             self.refused.setdefault(callee.name, "it reads bytes of a parameter or result that no one st.param "
                                                  "wrote (byte " + str(unread[0][1]) + ")")
             return scope
-        self.count = k
         registers = types | _register_types(scope)
 
         def declare(m: re.Match) -> str:

@@ -3,6 +3,8 @@ structs by value included, checked against numpy on the interpreter; recursion r
 kept."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -68,6 +70,8 @@ def test_the_ptx_keeps_its_calls_and_the_inlined_text_its_line_numbers():
     text, refused = inline_calls(_strip_comments(ptx))
     assert refused == {} and "call.uni" not in text.split(".entry")[1]
     assert text.count("\n") == ptx.count("\n")
+    # every copy its own number, the call inside outer's copy too: its registers never share a name with another's
+    assert sorted(set(re.findall(r"\$__call(\d+)_end", text)), key=int) == [str(k) for k in range(1, 9)]
 
 
 LOCALS = r"""
