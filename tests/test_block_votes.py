@@ -7,7 +7,8 @@ import pytest
 
 from qwengpu import Device, MachineError, toolchain
 
-pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(), reason="NVRTC cannot be loaded")
+pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
+                                reason="NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
 
 VOTES = r"""
 extern "C" __global__ void votes(int *y, const int *x, int rounds)

@@ -9,7 +9,8 @@ import pytest
 from qwengpu import Device, toolchain
 from qwengpu.toolchain import CompileError
 
-pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(), reason="NVRTC cannot be loaded")
+pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
+                                reason="NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
 
 HALVES = r"""
 #include <cuda_fp16.h>

@@ -12,7 +12,8 @@ from qwengpu import Device, MachineError, toolchain
 from qwengpu.inline import inline_calls
 from qwengpu.ptx import PTXError, _strip_comments
 
-pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(), reason="NVRTC cannot be loaded")
+pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
+                                reason="NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
 
 CALLS = r"""
 __device__ __noinline__ int twice(int v) { return 2 * v; }
