@@ -95,7 +95,9 @@ def observed_keeps(mops: list[MOp], atoms: bool = False) -> list[bool]:
             if later.dst == d:
                 covered = covered | {later.pred}
             if later.dst:
-                covered = frozenset(c for c in covered if c[0] != later.dst)
+                gone = {(later.dst, False), (later.dst, True)}      # its old value's predicates no longer hold
+                if not gone.isdisjoint(covered):
+                    covered = covered - gone
                 if later.pred is None and not later.load and later.dst != d and _narrows(later, covered, atoms):
                     covered = covered | {(later.dst, False)}     # on only where a covered predicate is
             work += [(s, covered) for s in succ[j]]

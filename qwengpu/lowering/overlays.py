@@ -226,8 +226,10 @@ class _Cutter:
             entries_and_reloads()
         return layout.resolve()
 
-    def programs(self, bounds: list[int], base: int = 0) -> tuple[list[list[MOp]], int]:
-        """The overlays' ops for these cuts, their state from word ``base``, and the words per thread it takes."""
+    def programs(self, bounds: list[int], base: int = 0, only: int | None = None) -> tuple[list[list[MOp]], int]:
+        """The overlays' ops for these cuts, their state from word ``base``, and the words per thread it takes.
+        ``only``: build overlay ``only`` alone (the others are None), numbered and with slots as among all of them:
+        what a cut's trial lowers."""
         self.base = base
         targets = self.targets(bounds)
         ids = {t: k for k, t in enumerate(targets, start=1)}
@@ -243,7 +245,8 @@ class _Cutter:
         cycles = self.cycles or any(t < bounds[1] for t in targets) or any(m.barrier for m in self.mops) or any(
             m.jumps and m.target_index < i and bisect.bisect_right(bounds, m.target_index)
             != bisect.bisect_right(bounds, i) for i, m in enumerate(self.mops))
-        programs = [self.overlay(a, b, ids, cycles) for a, b in zip(bounds, bounds[1:])]
+        programs = [self.overlay(a, b, ids, cycles) if only in (None, k) else None
+                    for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
         slots = 1 + max(self.slot.values(), default=0)
         return programs, slots
 
@@ -273,13 +276,15 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
         start = bounds[-1]
 
         def good(stop: int) -> bool:
-            programs, _ = cutter.programs(bounds + [stop] + ([n] if stop < n else []))
-            return fits(programs[len(bounds) - 1])
+            k = len(bounds) - 1
+            programs, _ = cutter.programs(bounds + [stop] + ([n] if stop < n else []), only=k)
+            return fits(programs[k])
 
         def whole(first: int, stop: int) -> bool:
             """Whether ops first..stop-1 fit one overlay (cut before and after them)."""
-            programs, _ = cutter.programs(bounds + [first, stop] + ([n] if stop < n else []))
-            return fits(programs[len(bounds)])
+            k = len(bounds)
+            programs, _ = cutter.programs(bounds + [first, stop] + ([n] if stop < n else []), only=k)
+            return fits(programs[k])
 
         if not good(start + 1):
             mop = mops[start]
