@@ -624,6 +624,10 @@ class Device:
         if len(lanes[0]) == len(form.kinds):
             del printing[warp]
             lines = [form.line(args) for args in lanes]
+            kernel = self._launch["kernel"]
+            if form.refusal:        # a path the machine does not run (qwengpu.lowering.paths): stopped, rolled back
+                error = MachineError(lines[0].strip(), line=form.refusal)
+                raise (error if kernel.cuda is None else kernel.cuda.locate(error, kernel.source))
             for line in lines:
                 self.printed.append(line)
                 sys.stdout.write(line)

@@ -137,6 +137,7 @@ _INT = re.compile(r"(-)?\s*(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]+|[1-9][0-9]*|0)U
 _FLOAT = re.compile(r"-?(0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]*\.[0-9]*(?:[eE][-+]?[0-9]+)?|"
                     r"[0-9]+[eE][-+]?[0-9]+)$")
 _FLOAT32 = re.compile(r"0[fF]([0-9a-fA-F]{8})$")
+_FLOAT64 = re.compile(r"0[dD]([0-9a-fA-F]{16})$")
 _TYPE = re.compile(r"\.([usbf](?:8|16|32|64))$")
 
 # Directives that come without ';' and end at the end of their line.
@@ -458,6 +459,10 @@ class _KernelParser:
         single = _FLOAT32.match(s)
         if single:      # a float32 literal is its bits (the lowering's floats stage reads them as a float)
             return Imm(int(single.group(1), 16))
+        double = _FLOAT64.match(s)
+        opcode = text.split()[1 if text.startswith("@") else 0]
+        if double and ".f64" in opcode:     # its bits, in a double instruction, which the lowering refuses
+            return Imm(int(double.group(1), 16))     # (where a thread meets it: lowering.paths)
         return Imm(_parse_int(s, line, text))
 
     def _mem(self, inner: str, line: int, text: str) -> Mem:

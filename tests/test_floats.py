@@ -368,8 +368,12 @@ def test_other_float_types_and_double_literals_are_refused():
     text = ptx("k", "\tmax.bf16 %rs1, %rs1, %rs1;").replace(".reg .pred", ".reg .b16 %rs<2>;\n\t.reg .pred")
     with pytest.raises(MachineError, match=r"only \.f32 .* not \.bf16"):
         dev.launch(dev.load_kernel(text, "k"), threads=4, args=[0, 8, 4])
-    with pytest.raises(PTXError, match="a float64 literal"):
-        parse(ptx("k", "\tmov.f64 %fd1, 0d3FF8000000000000;").replace(".reg .pred", ".reg .f64 %fd<2>;\n\t.reg .pred"))
+    # a double literal parses as its bits in a double instruction; the instruction is refused when lowered
+    text = ptx("k", "\tmov.f64 %fd1, 0d3FF8000000000000;").replace(".reg .pred", ".reg .f64 %fd<2>;\n\t.reg .pred")
+    with pytest.raises(MachineError, match=r"not \.f64; a double is 64 bits.*write float, and 2\.0f"):
+        dev.launch(dev.load_kernel(text, "k"), threads=4, args=[0, 8, 4])
+    with pytest.raises(PTXError, match="a float64 literal"):       # elsewhere, refused by the parser
+        parse(ptx("k", "\tmov.b32 %r1, 0d3FF8000000000000;"))
 
 
 def test_float_arguments_are_converted_and_checked():

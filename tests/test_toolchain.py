@@ -233,27 +233,27 @@ extern "C" __global__ void total(unsigned long long *sum, const int *x)
 
 @needs_nvrtc
 def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
-    """The double literal (refused by the parser, at load) and the 64-bit atomic (refused by the lowering, at
-    launch) each name their own source line and its text; the PTX line stays the error's ``line``. The PTX users
-    compile carries no line information."""
+    """The double under ``if (i < n)`` (refused where a thread takes its path: qwengpu.lowering.paths) and the
+    64-bit atomic (refused by the lowering, at launch) each name their own source line and its text; the PTX line
+    stays the error's ``line``. The PTX users compile carries no line information."""
     from qwengpu import Device, MachineError
-    from qwengpu.ptx import PTXError
     dev = Device()
-    with pytest.raises(PTXError, match=r"write 2\.0f.*\n  from kernel\.cu line 5: y\[i\] = 0\.1 \* x\[i\];$"
-                       ) as refused:
-        dev.load_kernel(LOCATED, "scale")
-    assert "f64" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1]
-    kernel = dev.load_kernel(LOCATED, "total")
     sum_, x = dev.alloc(2), dev.alloc(4)
     tokens = len(dev.tokens)
+    with pytest.raises(MachineError, match=r"thread \[0,0,0\] took a path to PTX line \d+ \(mul\.\w+\.f64 .*write "
+                                           r"float, and 2\.0f.*\n  from kernel\.cu line 5: y\[i\] = 0\.1 \* x\[i\];$"
+                       ) as refused:
+        dev.launch(dev.load_kernel(LOCATED, "scale"), threads=4, args=[sum_, x, 4])
+    assert "f64" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
+    kernel = dev.load_kernel(LOCATED, "total")
     with pytest.raises(MachineError, match=r"64-bit access .*\n  from kernel\.cu line 12: atomicAdd\(sum, \(unsigned "
                                            r"long long\)v\);$") as refused:
         dev.launch(kernel, threads=4, args=[sum_, x])
     assert "atom" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
     path = tmp_path / "reduce.cu"
     path.write_text(LOCATED)
-    with pytest.raises(PTXError, match=r"\n  from reduce\.cu line 5: "):
-        Device().load_kernel(path, "scale")
+    with pytest.raises(MachineError, match=r"\n  from reduce\.cu line 5: "):
+        dev.launch(dev.load_kernel(path, "scale"), threads=4, args=[sum_, x, 4])
     assert ".loc" not in compile_cuda(LOCATED) and ".file" not in compile_cuda(LOCATED)
 
 

@@ -2,8 +2,12 @@
 
 The stages, one module each, run in this order:
 
-0. ``console.rewrite``           each printf as stores of its call's number and arguments to the console word
-                                 (the device prints what the machine stored).
+0. ``paths.rewrite``             a path that cannot end without a double instruction (sinf's reduction of a huge
+                                 argument) as a run-time refusal, where it becomes certain (the entry's: left to
+                                 the floats stage, which refuses it before the launch).
+   ``console.rewrite``           each printf as stores of its call's number and arguments to the console word
+                                 (the device prints what the machine stored), each assert and run-time refusal
+                                 as stores of the thread's indices (the device stops the launch).
    ``block_votes.rewrite``       __syncthreads_count / _and / _or (bar.red) as an atomic add to a hidden shared
                                  word between two barriers.
    ``floats.as_integers``        float32 moves, compares, arithmetic and conversions as integer PTX (what is not
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
-from . import block_votes, console
+from . import block_votes, console, paths
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
@@ -200,7 +204,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     A block's __shared__ arrays and (with more than one warp) its barrier state, or a program longer than the ROM
     its overlay state, take the top words of memory (``Program.reserved``; qwengpu.lowering.barriers,
     qwengpu.lowering.overlays)."""
-    kernel, formats = console.rewrite(kernel)
+    kernel, formats = console.rewrite(paths.rewrite(kernel))
     kernel = block_votes.rewrite(kernel)
     kernel = as_integers(kernel)
     shared_words, symbols = shared_layout(kernel, shared)

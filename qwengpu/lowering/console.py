@@ -17,7 +17,9 @@ CUDA's does.
 
 assert (NVRTC calls __assertfail where the condition is false) is a call of the same kind: the failing lane stores
 its block and thread indices, the device writes CUDA's line (``ASSERTION``) and stops the launch with CUDA's
-device-side assert error (``Format.fatal``).
+device-side assert error (``Format.fatal``). A run-time refusal (``refuse``: a path the machine does not run,
+qwengpu.lowering.paths) is one too: the thread's indices, then the device raises a ``MachineError`` naming the PTX
+instruction (``Format.refusal``) and puts the launch back.
 
 Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float, flags, widths
 and precisions (``*`` too), ``%%``, and ``%s`` of string literals (the machine stores which literal: a choice such as
@@ -34,6 +36,8 @@ from dataclasses import dataclass
 
 from ..isa import MachineError
 from ..ptx import Imm, Instruction, Label, Mem, Reg
+from .floats import DOUBLE_HINT
+from .paths import REFUSE
 
 CONSOLE = "__console"
 CHOICE = "%__string"        # registers holding which string literal a %s prints
@@ -45,11 +49,13 @@ class Format:
     """One printf call: its format string and what each argument word is: "int" (d, i, ``*``), "unsigned" (u, x, X,
     o), "char" (c), "string" (s: the number of a string literal in ``strings``) or "float" (f, e, g, promoted from a
     float32). ``fatal``: an assert's message (its words the failing thread's block and thread index), after which
-    the launch stops, as CUDA's device-side assert."""
+    the launch stops, as CUDA's device-side assert. ``refusal``: the PTX line of the instruction a run-time refusal
+    stands for (0 for a printf or an assert)."""
     text: str
     kinds: tuple[str, ...]
     fatal: bool = False
     strings: tuple[str, ...] = ()       # a %s argument's word is the number of one of these string literals
+    refusal: int = 0
 
     def line(self, words: list[int]) -> str:
         """The text this call prints for one lane's argument words, as C's printf formats them."""
@@ -132,14 +138,14 @@ def rewrite(kernel):
     the console word, and the formats, one a call in the order of the calls' numbers. A kernel without either comes
     back as it is."""
     calls = [i for i, inst in enumerate(kernel.body) if isinstance(inst, Instruction)
-             and inst.base in ("printf", "assertfail")]
+             and inst.base in ("printf", "assertfail", REFUSE)]
     if not calls:
         return kernel, ()
     body = list(kernel.body)
     writes = collections.defaultdict(list)     # register -> the instructions that write it
     for i, inst in enumerate(body):
         if isinstance(inst, Instruction) and inst.operands and isinstance(inst.operands[0], Reg) \
-                and inst.base not in ("st", "red", "bra", "printf", "assertfail"):
+                and inst.base not in ("st", "red", "bra", "printf", "assertfail", REFUSE):
             writes[inst.operands[0].name].append(i)
     defs = {name: sites[0] for name, sites in writes.items() if len(sites) == 1}    # registers written once
     numbers = _StringNumbers(kernel, body, writes)
@@ -148,6 +154,11 @@ def rewrite(kernel):
     for number, i in enumerate(calls):
         call = body[i]
         where = f"kernel {kernel.name} line {call.line}"
+        if call.base == REFUSE:         # a path the machine does not run: the thread's indices, then the launch stops
+            formats.append(Format(_refusal_text(kernel.name, call), ("int",) * len(INDICES), fatal=True,
+                                  refusal=call.line))
+            replaced[i] = _indices(number, call)
+            continue
         if call.base == "assertfail":
             message, file, line, function = (operand if isinstance(operand, Imm) else
                                              _format_text(kernel, _origin(body, defs, operand, where), where)
@@ -155,8 +166,7 @@ def rewrite(kernel):
             text = ASSERTION.format(file=_literal(file), line=line.value if isinstance(line, Imm) else line,
                                     function=_literal(function), message=_literal(message))
             formats.append(Format(text, ("int",) * len(INDICES), fatal=True))
-            replaced[i] = [Instruction("st.shared.u32", (Mem(CONSOLE, 0), value), call.guard, call.guard_negated,
-                                       call.line, call.text) for value in [Imm(number)] + [Reg(r) for r in INDICES]]
+            replaced[i] = _indices(number, call)
             continue
         *result, fmt, buffer = call.operands
         text = _format_text(kernel, _origin(body, defs, fmt, where), where)
@@ -216,6 +226,20 @@ def rewrite(kernel):
         kernel, body=out, shared=shared, registers={**kernel.registers, CHOICE: "b32"},
         local={name: size for name, size in kernel.local.items() if name in named},
         variables={name: v for name, v in kernel.variables.items() if name in named}), tuple(formats)
+
+
+def _indices(number: int, call: Instruction) -> list[Instruction]:
+    """A fatal call's stores: its number, then the failing thread's block and thread indices."""
+    return [Instruction("st.shared.u32", (Mem(CONSOLE, 0), value), call.guard, call.guard_negated, call.line,
+                        call.text) for value in [Imm(number)] + [Reg(r) for r in INDICES]]
+
+
+def _refusal_text(kernel: str, call: Instruction) -> str:
+    """What a run-time refusal says: who took the path, the instruction it meets and why the machine has none."""
+    return (f"kernel {kernel}: block [%d,%d,%d], thread [%d,%d,%d] took a path to PTX line {call.line} "
+            f"({call.text.replace('%', '%%')}), which the machine does not run: a double instruction{DOUBLE_HINT}. "
+            "CUDA's math library takes such a path for rare arguments (sinf, cosf, sincosf of |x| >= 105615); the "
+            "kernel's other paths run (qwengpu.lowering.paths)\n")
 
 
 def _origin(body, defs, operand, where: str) -> tuple[str, int]:
