@@ -892,7 +892,7 @@ def test_a_math_function_built_on_the_approximate_reciprocal_says_so():
               '{\n    y[threadIdx.x] = fmodf(x[threadIdx.x], 2.0f);\n}\n')
     dev = Device()
     kernel = dev.load_kernel(source, "k")
-    with pytest.raises(MachineError, match=r"rcp\.approx is the GPU's own hardware approximation.*inside fmodf.*\n"
+    with pytest.raises(MachineError, match=r"rcp\.approx is the GPU's own hardware approximation.* fmodf.*\n"
                                            r"  from kernel\.cu line 3: y\[threadIdx\.x\] = fmodf"):
         dev.launch(kernel, threads=4, args=[dev.alloc(4), dev.alloc(4)])
 
@@ -909,8 +909,9 @@ def test_a_math_function_built_on_the_approximate_reciprocal_says_so():
     ("div.rz.f32", r"not with \.rz: other roundings"),
     ("sqrt.approx.f32", r"a square root of floats runs correctly rounded .*not with \.approx"),
     ("rcp.approx.f32", r"a reciprocal of floats runs correctly rounded .*not with \.approx"),
-    ("rsqrt.approx.f32", r"a reciprocal square root of floats is only approximate in PTX"),
-    ("ex2.approx.f32", r"a power of two of floats is only approximate"),
+    ("rsqrt.approx.f32", r"rsqrt\.approx is the GPU's own hardware approximation.* rsqrtf, asinf"),
+    ("ex2.approx.f32", r"ex2\.approx is the GPU's own hardware approximation.* expf, exp2f"),
+    ("rcp.approx.ftz.f32", r"rcp\.approx is the GPU's own hardware approximation.* powf, fmodf"),
     ("cvt.rz.f32.s64", r"of the conversions of float32, .*conversions from or to 64-bit types .* are not built"),
     ("cvt.rn.f32.s64", r"conversions from or to 64-bit types \(double, long long, lrintf\)"),
     ("cvt.rni.s64.f32", r"conversions from or to 64-bit types"),
@@ -932,6 +933,16 @@ def test_other_arithmetic_is_refused_by_name(opcode, named):
         kernel.body[0] = Instruction(opcode, (Reg("%f3"), Reg("%f1"), Reg("%f2"), Reg("%f1")), None, False, 3,
                                      f"{opcode} %f3, ...")
     with pytest.raises(MachineError, match=r"line 3 \(.*" + named):
+        as_integers(kernel)
+
+
+def test_an_approximation_is_refused_before_what_comes_ahead_of_it():
+    """expf's PTX clamps with cvt.sat before its ex2.approx: the refusal names the approximation (why expf cannot
+    run), not the clamp."""
+    kernel = float_kernel("cvt.sat.f32.f32", 1)
+    kernel.body.insert(1, Instruction("ex2.approx.ftz.f32", (Reg("%f3"), Reg("%f3")), None, False, 4,
+                                      "ex2.approx.ftz.f32 %f3, %f3"))
+    with pytest.raises(MachineError, match=r"line 4 \(.*ex2\.approx .* expf.*\): ex2\.approx\.ftz\.f32"):
         as_integers(kernel)
 
 

@@ -117,6 +117,17 @@ ARITHMETIC = {"add": "an add", "sub": "a subtraction", "mul": "a multiply", "fma
               "red": "an atomic reduction", "ex2": "a power of two", "lg2": "a logarithm", "sin": "a sine",
               "cos": "a cosine", "tanh": "a hyperbolic tangent"}
 APPROXIMATE = ("rsqrt", "ex2", "lg2", "sin", "cos", "tanh")     # PTX has these .approx only
+# Who computes with each approximation, so a refusal names what the user wrote (CUDA 13's math library, by its PTX)
+APPROXIMATED_IN = {
+    "ex2": "expf, exp2f, exp10f, expm1f, sinhf, coshf, tanhf, erff and __expf compute with it",
+    "lg2": "cbrtf, __logf, __log2f and __powf compute with it (logf, log2f and log10f do not, and run)",
+    "rcp": "powf, fmodf, remainderf, tanf, atanf, erfcf, normcdff, lgammaf and tgammaf compute with it, and "
+           "--use_fast_math's division",
+    "rsqrt": "rsqrtf, asinf, acosf and asinhf compute with it, and --use_fast_math's 1.0f / sqrtf(x)",
+    "sin": "__sinf and __sincosf compute with it, and --use_fast_math's sinf (sinf itself runs)",
+    "cos": "__cosf and __sincosf compute with it, and --use_fast_math's cosf (cosf itself runs)",
+    "tanh": "--use_fast_math's tanhf computes with it",
+}
 
 
 def _value(bits: int) -> float:
@@ -199,6 +210,9 @@ def as_integers(kernel: Kernel) -> Kernel:
             not any(is_float_type(t) for t in kernel.registers.values()):
         return kernel
     rewriter = _Rewriter(kernel)
+    approximation = _approximation(kernel)
+    if approximation is not None:
+        raise _refuse(approximation, _approximate(approximation.base))
     for item in kernel.body:
         if isinstance(item, Instruction) and _float_types(item):
             rewriter.rewrite(item)
@@ -218,12 +232,23 @@ def _refusal(base: str) -> str:
     """Why a float32 instruction without a builder is refused."""
     what = ARITHMETIC.get(base, base)
     if base in APPROXIMATE:
-        return (f"the machine has no floating point: {what} of floats is only approximate in PTX, its bits those of "
-                "the GPU's own hardware approximation, which no integer sequence reproduces; compile without "
-                "--use_fast_math (1.0f / sqrtf(x) is two correctly rounded operations)")
+        return _approximate(base)
     return (f"the machine has no floating point: {what} of floats needs IEEE arithmetic from integer ops, many times "
             "the ops of an add or a multiply; of float32 arithmetic add, sub, mul and fma (each rounding), div, rcp "
             "and sqrt rounding to nearest, and the conversions to and from integers run (qwengpu/KERNELS.md)")
+
+
+def _approximate(base: str) -> str:
+    """Why an approximate instruction (``ex2.approx``, ``rcp.approx.ftz``, ...) is refused, and who uses it."""
+    return (f"the machine has no floating point: {base}.approx is the GPU's own hardware approximation, which no "
+            f"integer sequence reproduces; {APPROXIMATED_IN.get(base, '--use_fast_math emits it')}")
+
+
+def _approximation(kernel: Kernel) -> Instruction | None:
+    """The kernel's first approximate float instruction: refused first, since it is why the function that holds
+    it cannot run (expf's cvt.sat comes before its ex2.approx, and is not the reason)."""
+    return next((item for item in kernel.body if isinstance(item, Instruction) and _float_types(item) == ["f32"]
+                 and (item.base in APPROXIMATE or {"approx", "ftz"} <= set(item.modifiers))), None)
 
 
 class _Rewriter:
@@ -314,11 +339,8 @@ class _Rewriter:
             raise _refuse(inst, f"the machine has no floating point; of the float types only .f32 runs (its "
                                 f"arithmetic as integer ops), not {kinds}" + (DOUBLE_HINT if "f64" in floats else ""))
         if "approx" in inst.modifiers and "ftz" in inst.modifiers:
-            # what CUDA's math library computes fmodf, powf, erff, ... with, fast math or not
-            raise _refuse(inst, f"the machine has no floating point: {inst.base}.approx is the GPU's own hardware "
-                                "approximation, which no integer sequence reproduces; CUDA's math library uses it "
-                                "inside fmodf, remainderf, powf, erff and the like, and --use_fast_math for / and "
-                                "sqrtf")
+            # what CUDA's math library computes expf, powf, fmodf, ... with, fast math or not
+            raise _refuse(inst, _approximate(inst.base))
         if "ftz" in inst.modifiers:
             raise _refuse(inst, "the machine has no floating point, and .ftz flushes subnormals to zero: compile "
                                 "without --use_fast_math / -ftz=true")
