@@ -13,7 +13,9 @@ from any overlay to any other, a loop around a cut included (each trip then cost
 only follows the model's control tokens and feeds rows in a fixed order; every value, the resume points included,
 is computed and stored by the machine.
 
-The cuts: from each overlay's first op, the longest run whose program fits (blocks and registers), by bisection;
+The cuts: from each overlay's first op, a long run whose program fits (blocks and registers): the rest if it is
+short and fits, else found by galloping from the last overlay's length, then bisection (each trial lowers only
+the overlay it tries);
 then, in the run's last quarter, where the fewest registers are live across the cut (anywhere in the run when the
 state would not fit memory otherwise); and not inside a loop that fits an overlay of its own (the cut moves before
 it, or every trip would cost a round of the overlays).
@@ -291,9 +293,19 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
             kept = max(len(cutter.kept[start]), len(cutter.kept[start + 1]) if start + 1 < len(mops) else 0)
             raise MachineError(f"{why}; cut into overlays, the op for line {mop.line} ({mop.text}) does not fit one "
                                f"with the loads and stores of the {kept} registers live across it")
-        lo, hi = start + 1, n           # good(lo); find the largest good stop
-        if good(hi):
-            lo = hi
+        # good(lo); find a long good stop: the rest of the program if it is short and fits, else galloping from the
+        # last overlay's length, then bisecting. Each trial lowers a run about an overlay long (bisecting from the
+        # program's end lowered thousands of ops, and fusion is quadratic in them). Fitting is not quite monotone
+        # (a cut where many registers are live costs their stores), so the stop found is one that fits, not always
+        # the longest.
+        lo, step = start + 1, max(1, bounds[-1] - bounds[-2]) if len(bounds) > 1 else 16
+        hi = n
+        if n - start > 4 * step or not good(n):
+            while lo + step < n and good(lo + step):
+                lo, step = lo + step, step * 2
+            hi = min(lo + step, n)
+        else:
+            lo = n
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if good(mid):
