@@ -897,6 +897,29 @@ def test_a_math_function_built_on_the_approximate_reciprocal_says_so():
         dev.launch(kernel, threads=4, args=[dev.alloc(4), dev.alloc(4)])
 
 
+def test_lrintf_and_a_long_long_of_a_float_run_and_a_store_of_their_64_bits_is_refused():
+    """lrintf / (long long)x assigned to an int keep the low word; storing all 64 bits would need the high word,
+    which the machine's registers do not hold: refused by name."""
+    source = ('extern "C" __global__ void k(int *y, const float *x)\n{\n    int i = threadIdx.x;\n'
+              '    y[i] = lrintf(x[i]);\n    y[i + 4] = (int)(long long)x[i + 4];\n}\n'
+              'extern "C" __global__ void wide(long long *y, const float *x)\n{\n'
+              '    y[threadIdx.x] = llrintf(x[threadIdx.x]);\n}\n')
+    values = np.array([2.5, -3.5, 3e9, -1e20, 7.9, -7.9, 5e9, np.nan], np.float32)
+    dev = Device()
+    y, x = dev.alloc(8), dev.alloc(8)
+    dev.write(x, values.view(np.int32))
+    dev.launch(dev.load_kernel(source, "k"), threads=4, args=[y, x])
+
+    def low(n: int) -> int:
+        return n & 0xFFFFFFFF
+    rint = [round(float(v)) for v in values[:4]]                 # ties to even; -1e20 saturates below
+    rint[3] = -2 ** 63
+    trunc = [math.trunc(float(v)) if not np.isnan(v) else 0 for v in values[4:]]
+    assert dev.read(y, 8).astype(np.int64).astype(np.uint32).tolist() == [low(n) for n in rint + trunc]
+    with pytest.raises(MachineError, match=r"64-bit .*\n  from kernel\.cu line 9: y\[threadIdx\.x\] = llrintf"):
+        dev.launch(dev.load_kernel(source, "wide"), threads=4, args=[y, x])
+
+
 @pytest.mark.parametrize("opcode, named", [
     ("add.sat.f32", r"runs with a rounding modifier \(\.rn, \.rz, \.rm, \.rp\) and without \.sat, not with \.sat"),
     ("mul.rz.sat.f32", r"not with \.rz, \.sat"),
@@ -912,9 +935,9 @@ def test_a_math_function_built_on_the_approximate_reciprocal_says_so():
     ("rsqrt.approx.f32", r"rsqrt\.approx is the GPU's own hardware approximation.* rsqrtf, asinf"),
     ("ex2.approx.f32", r"ex2\.approx is the GPU's own hardware approximation.* expf, exp2f"),
     ("rcp.approx.ftz.f32", r"rcp\.approx is the GPU's own hardware approximation.* powf, fmodf"),
-    ("cvt.rz.f32.s64", r"of the conversions of float32, .*conversions from or to 64-bit types .* are not built"),
-    ("cvt.rn.f32.s64", r"conversions from or to 64-bit types \(double, long long, lrintf\)"),
-    ("cvt.rni.s64.f32", r"conversions from or to 64-bit types"),
+    ("cvt.rz.f32.s64", r"of the conversions of float32, .*conversions from 64-bit types .* are not built"),
+    ("cvt.rn.f32.s64", r"conversions from 64-bit types \(a double, \(float\) of a long long, lroundf\)"),
+    ("cvt.rn.s64.f32", r"conversions from 64-bit types"),
     ("cvt.rz.f16.f32", r"of the float types only \.f32 runs .*not \.f16"),
     ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
     ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),
@@ -958,6 +981,34 @@ def _convert(opcode: str, a: np.ndarray) -> np.ndarray:
     body = [Instruction(opcode, (out, Reg("%f1")), None, False, 3, f"{opcode} {out.name}, %f1")]
     kernel = as_integers(Kernel("k", body=body, registers={"%f": "f32", "%r": "b32"}))
     return evaluate(kernel.body, {"%f1": a, out.name: np.zeros(len(a), U32)}, len(a))[out.name]
+
+
+def _low_word_of_wide(a: np.ndarray, kind: str, rounding) -> np.ndarray:
+    """PTX's cvt.r*i.s64 / u64 .f32, one value at a time in Python's integers: the float rounded to an integer,
+    saturated to the 64-bit type's range, a NaN 0; then the low word the machine keeps."""
+    lo, hi = (-2 ** 63, 2 ** 63 - 1) if kind == "s64" else (0, 2 ** 64 - 1)
+    out = []
+    with np.errstate(invalid="ignore"):         # signalling NaNs widen quietly here
+        values = f32(a).astype(np.float64).tolist()
+    for v in values:
+        n = 0 if math.isnan(v) else lo if v == -math.inf else hi if v == math.inf else min(max(int(rounding(v)), lo), hi)
+        out.append(n & 0xFFFFFFFF)
+    return np.array(out, dtype=U32)
+
+
+@pytest.mark.parametrize("kind", ["s64", "u64"])
+def test_conversions_to_64_bit_integers_keep_the_low_word(kind):
+    """(long long)x, llrintf, lrintf (cvt.rzi / rni / rmi / rpi .s64 / .u64 .f32): the low word of the saturated
+    64-bit result, against Python's integers, on every rounding boundary and saturation edge and random words."""
+    rng = np.random.default_rng(64)
+    edges = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.0 ** 31, -2.0 ** 31, 2.0 ** 32 + 2 ** 9, 3e9, -3e9, 2.0 ** 54,
+             2.0 ** 55, 2.0 ** 62 + 2 ** 39, 2.0 ** 63, -2.0 ** 63, 2.0 ** 64, 1.8e19, 1e30, -1e30, np.inf, -np.inf,
+             np.nan, -0.0, 1e-45, 8388607.5, -8388607.5, 0.49999997]
+    a = np.concatenate([bits_of(edges), rng.integers(0, 2 ** 32, 4000, dtype=np.uint64).astype(U32),
+                        bits_of(rng.uniform(-2.0 ** 40, 2.0 ** 40, 2000))])
+    for rounding, fn in (("rzi", math.trunc), ("rni", round), ("rmi", math.floor), ("rpi", math.ceil)):
+        np.testing.assert_array_equal(_convert(f"cvt.{rounding}.{kind}.f32", a), _low_word_of_wide(a, kind, fn),
+                                      err_msg=rounding)
 
 
 def _nearest_int(a: np.ndarray, lo: int, hi: int) -> np.ndarray:

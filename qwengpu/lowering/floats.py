@@ -20,7 +20,9 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   away from zero for floor / ceil); ``rintf`` / ``nearbyintf`` (``cvt.rni.f32.f32``) add half a unit less one plus
   the units bit first (ties to even), 20 integer instructions; ``(int)x`` and ``(unsigned)x`` (``cvt.rzi.s32 / u32
   .f32``) shift the mantissa by the exponent, saturate and make a NaN 0, as PTX says, and ``__float2int_rn`` /
-  ``__float2uint_rn`` (``cvt.rni.s32 / u32 .f32``) round the shifted-out bits to nearest even the same way (25 / 24).
+  ``__float2uint_rn`` (``cvt.rni.s32 / u32 .f32``) round the shifted-out bits to nearest even the same way (25 / 24);
+  to a 64-bit integer (``(long long)x``, ``lrintf``: ``cvt.r*i.s64 / u64 .f32``) the same, its low word, which is
+  what the machine's registers hold of a 64-bit one.
 
 - ``add``, ``sub`` and ``mul`` (rounding to nearest even: ``.rn`` or no rounding modifier; or toward zero, minus or
   plus infinity: ``.rz`` / ``.rm`` / ``.rp``, so ``roundf``, whose NVRTC code adds with ``.rz``, and ``__fadd_rz`` /
@@ -51,7 +53,7 @@ The rest of float arithmetic is refused by name: math functions such as ``expf``
 sin units, whose bits are the GPU's own), the approximate ``div.approx`` / ``div.full`` /
 ``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the GPU's hardware
 approximation's; ``--use_fast_math`` emits them), other roundings of divisions, roots and conversions (``.rz`` /
-``.rm`` / ``.rp``), ``.sat``, conversions from or to 64-bit and 16-bit types (``lrintf``), other atomic
+``.rm`` / ``.rp``), ``.sat``, conversions from 64-bit types (``(float)`` of a ``long long``), other atomic
 operations on floats, as are float16 / bfloat16 / float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it
 for ``--use_fast_math``).
 
@@ -100,6 +102,7 @@ HALF_CONVERSIONS = {("f32", "f16"), ("f32", "bf16"), ("rn", "f16", "f32"), ("rn"
 HALF_NAN = 0x7FFF               # the canonical NaN of float16 and bfloat16, as of float32 0x7fffffff
 ROUNDINGS = ("rn", "rz", "rm", "rp")     # IEEE's four: to nearest even, toward zero, minus and plus infinity
 NARROW_INTEGERS = ("s16", "u16", "s8", "u8")     # sources of (float)c a char or short register holds
+WIDE_INTEGERS = ("s64", "u64")      # (long long)x, llrintf: the machine keeps the result's low word
 # Keys of the total order (x ^ ((x >> 31) >>> 1), signed) below and above every float: a NaN operand of max / min
 # takes one of them, so the other operand wins.
 BELOW_ALL, ABOVE_ALL = 0x80000000, 0x7FFFFFFF
@@ -630,12 +633,17 @@ class _Rewriter:
         elif mods[0] in ROUNDINGS and mods[1:] in (("f32", "s32"), ("f32", "u32")):
             # (float)i, and __int2float_rz / _rd / _ru (the directed roundings of the same sequence)
             self._from_integer(dst, x, signed=mods[2] == "s32", mode=mods[0])
-        elif mods[0] in ("rmi", "rpi") and mods[1] in ("s32", "u32") + NARROW_INTEGERS and mods[2] == "f32":
+        elif mods[0] in ("rzi", "rni") and mods[1] in WIDE_INTEGERS and mods[2] == "f32":
+            self._to_wide_integer(dst, x, signed=mods[1] == "s64", nearest=mods[0] == "rni")
+        elif mods[0] in ("rmi", "rpi") and mods[1] in ("s32", "u32") + NARROW_INTEGERS + WIDE_INTEGERS and \
+                mods[2] == "f32":
             # __float2int_rd / _ru: floorf / ceilf (an integer, exact), then toward zero, saturated as PTX says
             whole = self.temp()
             self._round_to_integer(whole, x, mods[0])
             if mods[1] in NARROW_INTEGERS:
                 self._to_narrow_integer(dst, whole, mods[1], nearest=False)
+            elif mods[1] in WIDE_INTEGERS:
+                self._to_wide_integer(dst, whole, signed=mods[1] == "s64")
             else:
                 self._to_integer(dst, whole, signed=mods[1] == "s32")
         elif mods[0] in ("rzi", "rni") and mods[1] in NARROW_INTEGERS and mods[2] == "f32":
@@ -650,10 +658,10 @@ class _Rewriter:
             raise _refuse(inst, "the machine has no floating point: of the conversions of float32, cvt.rzi / rmi / "
                                 "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rmi / rpi / rni to "
                                 ".s32 / .u32 / .s16 / .u16 / .s8 / .u8 ((int)x, __float2int_rn / _rd / _ru, ...) and "
-                                "cvt.rn / rz / rm / rp .f32 of those (int, short or char to float) run; conversions "
-                                "from or to 64-bit types (double, long long, lrintf) and of PTX's own half types other "
-                                "than cvt.f32.f16 / .bf16 and cvt.rn.f16 / .bf16 .f32 are not built "
-                                "(qwengpu/KERNELS.md)")
+                                "to .s64 / .u64 (their low word: (long long)x, lrintf), and cvt.rn / rz / rm / rp "
+                                ".f32 of a 32-, 16- or 8-bit integer run; conversions from 64-bit types (a double, "
+                                "(float) of a long long, lroundf) and of PTX's own half types other than "
+                                "cvt.f32.f16 / .bf16 and cvt.rn.f16 / .bf16 .f32 are not built (qwengpu/KERNELS.md)")
 
     def _half_conversion(self, inst: Instruction) -> None:
         """cvt.f32.f16 / .bf16 (exact) and cvt.rn.f16 / .bf16 .f32 (to nearest even), the half in a b16 register.
@@ -769,18 +777,7 @@ class _Rewriter:
         to even: where the mantissa is shifted right by k, 2^(k-1) - 1 plus the units bit is added first (at most
         2^30 + 2^24: no carry out); saturated and NaN as cvt.rzi (a float at or above 2^23 is an integer already)."""
         magnitude = self.magnitude(x)
-        shift = self._exponent_shift(magnitude)
-        mantissa = self.emit("or.b32", self.emit("and.b32", magnitude, Imm(0x007FFFFF)), Imm(0x00800000))
-        up = self.emit("shl.b32", mantissa, self.emit("neg.s32", shift))          # exponent >= 150
-        if nearest:     # exponent < 150: rounded; otherwise the shift is 2^32 - (exponent - 150) and gives 0
-            fraction = self.emit("sub.s32", self.emit("shl.b32", Imm(1), shift), Imm(1))
-            units = self.emit("and.b32", self.emit("shr.u32", mantissa, shift),
-                              self.emit("min.u32", fraction, Imm(1)))     # none where the shift is 0
-            bias = self.emit("add.s32", self.emit("shr.u32", fraction, Imm(1)), units)
-            down = self.emit("shr.u32", self.emit("add.s32", mantissa, bias), shift)
-        else:
-            down = self.emit("shr.u32", mantissa, shift)                            # exponent < 150
-        whole = self.emit("or.b32", up, down)
+        whole = self._whole_word(magnitude, nearest)
         if signed:
             sign = self.emit("shr.s32", x, Imm(31))
             self.emit("sub.s32", self.emit("xor.b32", whole, sign), sign, dst=dst)
@@ -792,6 +789,42 @@ class _Rewriter:
             self.emit("mov.b32", whole, dst=dst)
             self.replace_where(dst, Imm(WORD), self.emit("setp.ge.u32", magnitude, Imm(0x4F800000)))   # >= 2^32
             self.replace_where(dst, Imm(0), negative)
+        self.replace_where(dst, Imm(0), self.is_nan(magnitude))
+
+    def _whole_word(self, magnitude, nearest: bool) -> Reg:
+        """The low word of the integer part of |x| (rounded to nearest even with ``nearest``): the mantissa with its
+        hidden bit shifted by the exponent; a shift of 32 or more gives 0 on the machine, as in PTX, so |x| >= 2^55,
+        which has no bits in the low word, gives 0 too."""
+        shift = self._exponent_shift(magnitude)
+        mantissa = self.emit("or.b32", self.emit("and.b32", magnitude, Imm(0x007FFFFF)), Imm(0x00800000))
+        up = self.emit("shl.b32", mantissa, self.emit("neg.s32", shift))          # exponent >= 150
+        if nearest:     # exponent < 150: rounded; otherwise the shift is 2^32 - (exponent - 150) and gives 0
+            fraction = self.emit("sub.s32", self.emit("shl.b32", Imm(1), shift), Imm(1))
+            units = self.emit("and.b32", self.emit("shr.u32", mantissa, shift),
+                              self.emit("min.u32", fraction, Imm(1)))     # none where the shift is 0
+            bias = self.emit("add.s32", self.emit("shr.u32", fraction, Imm(1)), units)
+            down = self.emit("shr.u32", self.emit("add.s32", mantissa, bias), shift)
+        else:
+            down = self.emit("shr.u32", mantissa, shift)                            # exponent < 150
+        return self.emit("or.b32", up, down)
+
+    def _to_wide_integer(self, dst: Reg, x, signed: bool, nearest: bool = False) -> None:
+        """The low word of PTX's cvt.rzi / rni .s64 / .u64 .f32 (``(long long)x``, ``llrintf``, ``int k =
+        lrintf(x)``): |x|'s whole part's low word (``_whole_word``), negated for a negative x, saturated as PTX says
+        (signed, |x| >= 2^63: the low word of INT64_MAX, all ones, or of INT64_MIN, 0; unsigned: 2^64 or more all
+        ones, below 0 zero), a NaN 0. The machine holds a 64-bit register's low word; these instructions say
+        nothing of the high word, so the integer lowering refuses what reads it (a 64-bit compare or store)."""
+        magnitude = self.magnitude(x)
+        whole = self._whole_word(magnitude, nearest)
+        if signed:
+            sign = self.emit("shr.s32", x, Imm(31))
+            self.emit("sub.s32", self.emit("xor.b32", whole, sign), sign, dst=dst)
+            self.replace_where(dst, self.emit("xor.b32", sign, Imm(WORD)),
+                               self.emit("setp.ge.u32", magnitude, Imm(0x5F000000)))      # |x| >= 2^63
+        else:
+            self.emit("mov.b32", whole, dst=dst)
+            self.replace_where(dst, Imm(WORD), self.emit("setp.ge.u32", magnitude, Imm(0x5F800000)))   # >= 2^64
+            self.replace_where(dst, Imm(0), self.emit("setp.lt.s32", x, Imm(0)))
         self.replace_where(dst, Imm(0), self.is_nan(magnitude))
 
     def _to_narrow_integer(self, dst: Reg, x, kind: str, nearest: bool) -> None:
