@@ -93,11 +93,16 @@ class _Cutter:
         self.slot: dict[str, int] = {}     # each kept register's slot (programs() assigns them)
         live, defined = live_in(mops, observed_keeps(mops, atoms=True)), defined_in(mops)
         self.kept = [sorted(live[i] & defined[i]) for i in range(len(mops))]
+        # what targets() and programs() look at for every list of cuts, found once: the branches (op, target), the
+        # ops after a __syncthreads, and whether the program has one
+        n = len(mops)
+        self.jumps = [(i, m.target_index) for i, m in enumerate(mops) if m.jumps and m.target_index < n]
+        self.after_barriers = [i + 1 for i, m in enumerate(mops) if m.barrier and i + 1 < n]
+        self.barrier = any(m.barrier for m in mops)
 
     def loops(self) -> list[tuple[int, int]]:
         """(first op, op of the branch back to it) of each loop: a branch to itself or an earlier op."""
-        return [(mop.target_index, i) for i, mop in enumerate(self.mops)
-                if mop.jumps and mop.target_index <= i]
+        return [(target, i) for i, target in self.jumps if target <= i]
 
     @property
     def resume_word(self) -> tuple:
@@ -107,13 +112,9 @@ class _Cutter:
         """The ops entered across a cut: a branch's target in another overlay, the op after a cut that the op
         before it falls through to, and the op after a __syncthreads."""
         n = len(self.mops)
-        found = set()
-        for i, mop in enumerate(self.mops):
-            here = bisect.bisect_right(bounds, i) - 1
-            if mop.jumps and mop.target_index < n and not bounds[here] <= mop.target_index < bounds[here + 1]:
-                found.add(mop.target_index)
-            if i + 1 < n and (mop.barrier or (i + 1 == bounds[here + 1] and mop.branch != "always")):
-                found.add(i + 1)
+        found = {t for i, t in self.jumps if bisect.bisect_right(bounds, i) != bisect.bisect_right(bounds, t)}
+        found.update(self.after_barriers)
+        found.update(b for b in bounds[1:] if b < n and self.mops[b - 1].branch != "always")
         return sorted(found)
 
     def slot_word(self, reg: str) -> tuple:
@@ -244,9 +245,8 @@ class _Cutter:
         for reg in together:
             taken = {self.slot[other] for other in together[reg] if other in self.slot}
             self.slot[reg] = next(k for k in range(1, len(together) + 2) if k not in taken)
-        cycles = self.cycles or any(t < bounds[1] for t in targets) or any(m.barrier for m in self.mops) or any(
-            m.jumps and m.target_index < i and bisect.bisect_right(bounds, m.target_index)
-            != bisect.bisect_right(bounds, i) for i, m in enumerate(self.mops))
+        cycles = self.cycles or any(t < bounds[1] for t in targets) or self.barrier or any(
+            t < i and bisect.bisect_right(bounds, t) != bisect.bisect_right(bounds, i) for i, t in self.jumps)
         programs = [self.overlay(a, b, ids, cycles) if only in (None, k) else None
                     for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
         slots = 1 + max(self.slot.values(), default=0)
