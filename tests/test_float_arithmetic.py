@@ -920,6 +920,36 @@ def test_lrintf_and_a_long_long_of_a_float_run_and_a_store_of_their_64_bits_is_r
         dev.launch(dev.load_kernel(source, "wide"), threads=4, args=[y, x])
 
 
+WIDENED = r'''extern "C" __global__ void ramp(float *y, const int *x)
+{
+    size_t i = threadIdx.x;
+    long long v = x[i];
+    y[i] = (float)i * 0.5f + (float)v;
+}
+
+extern "C" __global__ void grid(float *y, int n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    y[i] = (float)i;
+}
+'''
+
+
+def test_a_float_of_a_widened_size_t_or_long_long_runs_and_of_a_64_bit_sum_is_refused():
+    """(float)i of a size_t or long long every write of which widens an int (cvt.u64.u32 / cvt.s64.s32) converts
+    its low word as what it was; one computed in 64 bits (a mul.wide and an add) is refused naming why."""
+    dev = Device()
+    y, x = dev.alloc(4), dev.alloc(4)
+    ints = np.array([-5, 7, 2 ** 31 - 1, -2 ** 31])
+    dev.write(x, ints)
+    dev.launch(dev.load_kernel(WIDENED, "ramp"), threads=4, args=[y, x])
+    want = np.arange(4, dtype=np.float32) * np.float32(0.5) + ints.astype(np.float32)
+    assert dev.read(y, 4).astype(np.int32).view(np.float32).tolist() == want.tolist()
+    with pytest.raises(MachineError, match=r"\(float\) of a 64-bit integer runs where every write of it widens .*"
+                                           r"\n  from kernel\.cu line 11: y\[i\] = \(float\)i;"):
+        dev.launch(dev.load_kernel(WIDENED, "grid"), threads=4, args=[y])
+
+
 @pytest.mark.parametrize("opcode, named", [
     ("add.sat.f32", r"runs with a rounding modifier \(\.rn, \.rz, \.rm, \.rp\) and without \.sat, not with \.sat"),
     ("mul.rz.sat.f32", r"not with \.rz, \.sat"),
@@ -935,9 +965,10 @@ def test_lrintf_and_a_long_long_of_a_float_run_and_a_store_of_their_64_bits_is_r
     ("rsqrt.approx.f32", r"rsqrt\.approx is the GPU's own hardware approximation.* rsqrtf, asinf"),
     ("ex2.approx.f32", r"ex2\.approx is the GPU's own hardware approximation.* expf, exp2f"),
     ("rcp.approx.ftz.f32", r"rcp\.approx is the GPU's own hardware approximation.* powf, fmodf"),
-    ("cvt.rz.f32.s64", r"of the conversions of float32, .*conversions from 64-bit types .* are not built"),
-    ("cvt.rn.f32.s64", r"conversions from 64-bit types \(a double, \(float\) of a long long, lroundf\)"),
-    ("cvt.rn.s64.f32", r"conversions from 64-bit types"),
+    ("cvt.rz.f32.s64", r"\(float\) of a 64-bit integer runs where every write of it widens a 32-bit value"),
+    ("cvt.rn.f32.s64", r"this \.s64 may hold more than its low word"),
+    ("cvt.rn.f64.s32", r"of the float types only \.f32 runs .*not \.f64"),
+    ("cvt.rn.s64.f32", r"to \.s64 / \.u64 \(their low word.*conversions of doubles"),
     ("cvt.rz.f16.f32", r"of the float types only \.f32 runs .*not \.f16"),
     ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
     ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),

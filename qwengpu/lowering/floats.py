@@ -22,7 +22,8 @@ The machine has no floating point, but a float32 is a word, and much of what CUD
   .f32``) shift the mantissa by the exponent, saturate and make a NaN 0, as PTX says, and ``__float2int_rn`` /
   ``__float2uint_rn`` (``cvt.rni.s32 / u32 .f32``) round the shifted-out bits to nearest even the same way (25 / 24);
   to a 64-bit integer (``(long long)x``, ``lrintf``: ``cvt.r*i.s64 / u64 .f32``) the same, its low word, which is
-  what the machine's registers hold of a 64-bit one.
+  what the machine's registers hold of a 64-bit one; ``(float)`` of a 64-bit integer every write of which widens a
+  32-bit one (``size_t i = threadIdx.x``) converts its low word as that.
 
 - ``add``, ``sub`` and ``mul`` (rounding to nearest even: ``.rn`` or no rounding modifier; or toward zero, minus or
   plus infinity: ``.rz`` / ``.rm`` / ``.rp``, so ``roundf``, whose NVRTC code adds with ``.rz``, and ``__fadd_rz`` /
@@ -53,7 +54,7 @@ The rest of float arithmetic is refused by name: math functions such as ``expf``
 sin units, whose bits are the GPU's own), the approximate ``div.approx`` / ``div.full`` /
 ``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the GPU's hardware
 approximation's; ``--use_fast_math`` emits them), other roundings of divisions, roots and conversions (``.rz`` /
-``.rm`` / ``.rp``), ``.sat``, conversions from 64-bit types (``(float)`` of a ``long long``), other atomic
+``.rm`` / ``.rp``), ``.sat``, ``(float)`` of a 64-bit integer computed in 64 bits, other atomic
 operations on floats, as are float16 / bfloat16 / float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it
 for ``--use_fast_math``).
 
@@ -272,6 +273,7 @@ class _Rewriter:
         for item in kernel.body:
             if isinstance(item, Instruction) and destination(item) is not None:
                 definitions.setdefault(destination(item), []).append(item)
+        self.definitions = definitions
         self.literals = {name: found[0].operands[1] for name, found in definitions.items()
                          if len(found) == 1 and found[0].base == "mov" and found[0].guard is None
                          and len(found[0].operands) == 2 and isinstance(found[0].operands[1], Imm)}
@@ -648,6 +650,16 @@ class _Rewriter:
                 self._to_integer(dst, whole, signed=mods[1] == "s32")
         elif mods[0] in ("rzi", "rni") and mods[1] in NARROW_INTEGERS and mods[2] == "f32":
             self._to_narrow_integer(dst, x, mods[1], nearest=mods[0] == "rni")
+        elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in WIDE_INTEGERS and self._widened(x, mods[2]):
+            # (float)i of a size_t or long long that is an int or unsigned widened (size_t i = threadIdx.x): its low
+            # word, converted as what it was
+            low = self.emit("cvt.u32.u64", x)
+            self._from_integer(dst, low, signed=self._widened(x, mods[2]) == "s", mode=mods[0])
+        elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in WIDE_INTEGERS:
+            raise _refuse(inst, f"(float) of a 64-bit integer runs where every write of it widens a 32-bit value "
+                                f"(cvt.u64.u32 or cvt.s64.s32: size_t i = threadIdx.x); this .{mods[2]} may hold "
+                                "more than its low word, which is all a register of the machine holds: compute it "
+                                "as an int or unsigned")
         elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in NARROW_INTEGERS:
             # (float) of a char or short (NVRTC: cvt.rn.f32.s16 / u16 of its 16-bit register): widened by the
             # integer lowering's own cvt, then converted as an int (exact in every rounding: 16 bits fit)
@@ -659,9 +671,28 @@ class _Rewriter:
                                 "rpi / rni .f32.f32 (truncf, floorf, ceilf, rintf), cvt.rzi / rmi / rpi / rni to "
                                 ".s32 / .u32 / .s16 / .u16 / .s8 / .u8 ((int)x, __float2int_rn / _rd / _ru, ...) and "
                                 "to .s64 / .u64 (their low word: (long long)x, lrintf), and cvt.rn / rz / rm / rp "
-                                ".f32 of a 32-, 16- or 8-bit integer run; conversions from 64-bit types (a double, "
-                                "(float) of a long long, lroundf) and of PTX's own half types other than "
-                                "cvt.f32.f16 / .bf16 and cvt.rn.f16 / .bf16 .f32 are not built (qwengpu/KERNELS.md)")
+                                ".f32 of a 32-, 16- or 8-bit integer (or of a 64-bit one widened from it) run; "
+                                "conversions of doubles and of PTX's own half types other than cvt.f32.f16 / .bf16 "
+                                "and cvt.rn.f16 / .bf16 .f32 are not built (qwengpu/KERNELS.md)")
+
+    def _widened(self, x, kind: str) -> str | None:
+        """How a 64-bit register of type ``kind`` (s64 / u64) holds a 32-bit value, where every instruction that
+        writes it widens one (NVRTC's ``cvt.u64.u32`` of ``size_t i = threadIdx.x``, ``cvt.s64.s32`` of
+        ``(long long)n``): "u" zero-extended (its value is its low word, unsigned), "s" sign-extended and read as
+        signed (its low word as an int); None where the high word may hold more (then the conversion is refused:
+        the machine keeps a 64-bit register's low word only)."""
+        if not isinstance(x, Reg) or not self.definitions.get(x.name):
+            return None
+        found = set()
+        for inst in self.definitions[x.name]:
+            mods = inst.modifiers
+            if inst.base != "cvt" or len(mods) != 2 or mods[0] not in WIDE_INTEGERS or mods[1] not in (
+                    "s32", "u32", "s16", "u16", "s8", "u8"):
+                return None
+            found.add("s" if mods[1][0] == "s" else "u")
+        if found == {"u"}:
+            return "u"
+        return "s" if found == {"s"} and kind == "s64" else None
 
     def _half_conversion(self, inst: Instruction) -> None:
         """cvt.f32.f16 / .bf16 (exact) and cvt.rn.f16 / .bf16 .f32 (to nearest even), the half in a b16 register.
