@@ -28,7 +28,8 @@ operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), and the ca
 and ceilf. ``--wide`` adds
 unsigned long long expressions (words zero- and sign-extended, 64-bit arithmetic, shifts, ?:) read back as their low
 word, a shifted-down word, a comparison or a remainder: the lowering must refuse what depends on the high word and
-run the rest exactly. ``--arith`` (implies ``--floats``) puts float32 arithmetic into the float expressions: a + b,
+run the rest exactly; with ``--floats`` also floats converted to 64-bit integers ((long long)x, llrintf, clamped
+into range), read back as their low word. ``--arith`` (implies ``--floats``) puts float32 arithmetic into the float expressions: a + b,
 a - b and a * b (PTX add.rn / sub.rn / mul.rn.f32: round to nearest even, subnormals in and out, overflow to
 infinity) of float subexpressions, words with their exponent held in a window (near 1, near 2^24, among the
 subnormals, near the largest floats: so that adds round and products underflow or overflow), edge literals (-0.0f,
@@ -356,10 +357,17 @@ class Generator:
         cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
         # (int) / (unsigned) of a float out of range is undefined in C, which NVRTC's compiler may use: the fuzzer
         # converts clamped values (tests/test_floats.py checks PTX's saturation and NaN -> 0 on loaded values).
-        return self.pick([f"__float_as_uint({f})", f"(unsigned)({f} {cmp} {g})", f"(unsigned)!({f} {cmp} {g})",
-                          f"(unsigned)({self.pick(['isnan', 'isinf', 'isfinite', 'signbit'])}({f}) != 0)",
-                          f"(unsigned)(int)fminf(fmaxf({f}, -2.0e9f), 2.0e9f)",
-                          f"(unsigned)fminf(fmaxf({f}, 0.0f), 4.0e9f)"])
+        uses = [f"__float_as_uint({f})", f"(unsigned)({f} {cmp} {g})", f"(unsigned)!({f} {cmp} {g})",
+                f"(unsigned)({self.pick(['isnan', 'isinf', 'isfinite', 'signbit'])}({f}) != 0)",
+                f"(unsigned)(int)fminf(fmaxf({f}, -2.0e9f), 2.0e9f)", f"(unsigned)fminf(fmaxf({f}, 0.0f), 4.0e9f)"]
+        if self.wide:   # with --wide also to 64 bits, whose low word the machine keeps (cvt.rzi / rni .s64 / u64)
+            clamped = f"fminf(fmaxf({f}, -9.0e18f), 9.0e18f)"
+            wide = [f"(unsigned)(long long){clamped}", f"(unsigned)llrintf({clamped})",
+                    f"(unsigned)(unsigned long long)fminf(fmaxf({f}, 0.0f), 1.8e19f)"]
+            if self.rng.random() < 3 / (len(uses) + 3):
+                self.features.add("cvt.to64")
+                return self.pick(wide)
+        return self.pick(uses)
 
     def statement(self, depth: int = 0) -> str:
         kind = int(self.rng.integers(13))
@@ -740,7 +748,8 @@ def main(argv=None) -> int:
                              "and bits of words read as floats")
     parser.add_argument("--wide", action="store_true",
                         help="unsigned long long expressions (widened words, 64-bit arithmetic, shifts, compares) "
-                             "read back as their low word, a shifted word or a comparison")
+                             "read back as their low word, a shifted word or a comparison; with --floats also "
+                             "(long long)x and llrintf(x) of floats")
     parser.add_argument("--arith", action="store_true",
                         help="with --floats (implied): float32 a + b, a - b, a * b (round to nearest even, "
                              "subnormals, overflow to infinity; a NaN result canonicalised on both sides) and "

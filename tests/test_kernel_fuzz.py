@@ -76,6 +76,18 @@ def test_64_bit_expressions_match_the_host_c_compiler():
     assert report["ran"] >= 50, report["refused"]
 
 
+def test_float_conversions_to_64_bits_match_the_host_c_compiler():
+    """--floats --wide: (long long)x, llrintf(x) and (unsigned long long)x of floats clamped into range (C leaves
+    the rest undefined), read back as their low word, beside 64-bit expressions; seed 21's 60 programs hold 22
+    such conversions that run."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(60, seed=21, batch=60, floats=True, wide=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    assert report["ran"] >= 45 and report["features"]["cvt.to64"] >= 15, (report["refused"], report["features"])
+
+
 def test_float_arithmetic_and_conversions_match_the_host_c_compiler():
     """--floats --arith: float32 a + b, a - b, a * b, a / b, 1.0f / a and sqrtf(a) (correctly rounded to nearest even,
     subnormals in and out, overflow to infinity, x / 0, 0 / 0, roots of exact squares and their neighbours) of words
