@@ -91,6 +91,20 @@ def _host_code_hint(source: str) -> str:
             "launch(kernel, threads=, blocks=, args=) for <<<blocks, threads>>>, read to copy back.")
 
 
+def _header_hint(log: str) -> str:
+    """What to do when a header the file includes is not there: NVRTC ships none, qwengpu/include has stand-ins
+    for the C library's and the CUDA runtime's; the rest (cooperative_groups.h, curand_kernel.h, cub) are libraries
+    the machine does not have."""
+    missing = re.findall(r'cannot open source file "([^"]+)"', log)
+    if not missing:
+        return ""
+    have = ", ".join(sorted(p.name for p in INCLUDE.iterdir() if p.is_file()))
+    return (f"\n{', '.join(missing)} is not among the headers a kernel file can include here: NVRTC ships none, and "
+            f"qwengpu/include has stand-ins for these ({have}). Write what the kernel needs from it in the file "
+            "(cooperative groups' this_thread_block().sync() is __syncthreads(), a tile's shfl_down is "
+            "__shfl_down_sync)")
+
+
 def nvrtc_available() -> bool:
     """True when NVRTC can be loaded in this process."""
     try:
@@ -184,8 +198,9 @@ def _compile(source: str, name: str, arch: str, expressions: tuple[str, ...],
             lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
             log = ctypes.create_string_buffer(size.value)
             lib.nvrtcGetProgramLog(prog, log)
+            text = log.value.decode(errors="replace")
             raise CompileError(f"NVRTC failed to compile {name} ({lib.nvrtcGetErrorString(rc).decode()}):\n"
-                               f"{log.value.decode(errors='replace')}{_host_code_hint(source)}")
+                               f"{text}{_header_hint(text)}{_host_code_hint(source)}")
         size = ctypes.c_size_t()
         _check(lib, lib.nvrtcGetPTXSize(prog, ctypes.byref(size)), "nvrtcGetPTXSize")
         buf = ctypes.create_string_buffer(size.value)

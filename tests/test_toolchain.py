@@ -156,6 +156,16 @@ def test_standard_headers_a_kernel_includes_give_the_host_s_values(tmp_path):
 
 
 @needs_nvrtc
+def test_a_header_that_is_not_here_is_named_with_those_that_are():
+    """NVRTC ships no headers: a library the machine does not have (cuRAND, cooperative groups) fails naming it and
+    the stand-ins qwengpu/include has."""
+    for header in ("curand_kernel.h", "cooperative_groups.h"):
+        with pytest.raises(CompileError, match=rf"(?s)cannot open source file \"{header}\".*\n{header} is not among "
+                                               r"the headers .*cuda_fp16\.h.*__syncthreads\(\)"):
+            compile_cuda(f"#include <{header}>\n" + VADD)
+
+
+@needs_nvrtc
 def test_host_code_in_a_kernel_file_is_refused_with_what_to_do_instead():
     """NVRTC compiles kernels, not a host program: the error keeps NVRTC's log and says what replaces main's part."""
     with pytest.raises(CompileError, match=r"(?s)cudaMalloc\" is undefined.*looks like host code.*Device: alloc"):
