@@ -27,7 +27,7 @@ from .isa import MachineError
 ARCH = "compute_90"
 # Stand-ins for the C library and CUDA runtime headers a kernel file includes (<cstdio>, <stdint.h>, <climits>,
 # <cuda_runtime.h>, ...): NVRTC ships none, and its built-ins already declare the device side (printf, math
-# functions, threadIdx); these add the types and macros.
+# functions, threadIdx); these add the types and macros, halves (<cuda_fp16.h>) and cooperative groups.
 INCLUDE = Path(__file__).parent / "include"
 
 
@@ -93,16 +93,15 @@ def _host_code_hint(source: str) -> str:
 
 def _header_hint(log: str) -> str:
     """What to do when a header the file includes is not there: NVRTC ships none, qwengpu/include has stand-ins
-    for the C library's and the CUDA runtime's; the rest (cooperative_groups.h, curand_kernel.h, cub) are libraries
+    for the C library's, the CUDA runtime's and cooperative groups'; the rest (curand_kernel.h, cub) are libraries
     the machine does not have."""
     missing = re.findall(r'cannot open source file "([^"]+)"', log)
     if not missing:
         return ""
-    have = ", ".join(sorted(p.name for p in INCLUDE.iterdir() if p.is_file()))
+    have = ", ".join(sorted(str(p.relative_to(INCLUDE)) for p in INCLUDE.rglob("*") if p.is_file()))
     return (f"\n{', '.join(missing)} is not among the headers a kernel file can include here: NVRTC ships none, and "
             f"qwengpu/include has stand-ins for these ({have}). Write what the kernel needs from it in the file "
-            "(cooperative groups' this_thread_block().sync() is __syncthreads(), a tile's shfl_down is "
-            "__shfl_down_sync)")
+            "(a random number: a hash of the thread's index, as curand_init's seed would take)")
 
 
 def nvrtc_available() -> bool:

@@ -157,11 +157,11 @@ def test_standard_headers_a_kernel_includes_give_the_host_s_values(tmp_path):
 
 @needs_nvrtc
 def test_a_header_that_is_not_here_is_named_with_those_that_are():
-    """NVRTC ships no headers: a library the machine does not have (cuRAND, cooperative groups) fails naming it and
-    the stand-ins qwengpu/include has."""
-    for header in ("curand_kernel.h", "cooperative_groups.h"):
+    """NVRTC ships no headers: a library the machine does not have (cuRAND, CUB) fails naming it and the stand-ins
+    qwengpu/include has."""
+    for header in ("curand_kernel.h", "cub/cub.cuh"):
         with pytest.raises(CompileError, match=rf"(?s)cannot open source file \"{header}\".*\n{header} is not among "
-                                               r"the headers .*cuda_fp16\.h.*__syncthreads\(\)"):
+                                               r"the headers .*cooperative_groups/reduce\.h.*cuda_fp16\.h"):
             compile_cuda(f"#include <{header}>\n" + VADD)
 
 
