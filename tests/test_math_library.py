@@ -59,6 +59,19 @@ def test_a_math_function_is_within_cudas_documented_error(name):
     assert (np.isnan(got) == np.isnan(want)).all() and (got[np.isinf(want)] == want[np.isinf(want)]).all()
 
 
+def test_sincosf_writes_both_within_cudas_documented_error():
+    source = ('extern "C" __global__ void k(float *s, float *c, const float *x)\n'
+              '{\n    sincosf(x[threadIdx.x], &s[threadIdx.x], &c[threadIdx.x]);\n}\n')
+    values = np.array([0.5, -1.25, 1000.0, 3e4], np.float32)
+    dev = Device()
+    s, c, x = dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    dev.write(x, values.view(np.int32))
+    dev.launch(dev.load_kernel(source, "k"), threads=4, args=[s, c, x])
+    for got, reference in ((s, np.sin), (c, np.cos)):
+        got = dev.read(got, 4).astype(np.int32).view(np.float32)
+        assert ulps(got, reference(values.astype(np.float64))).max() <= 2, got
+
+
 def test_a_function_of_the_approximate_units_is_refused_naming_it():
     dev = Device()
     with pytest.raises(MachineError, match=r"ex2\.approx is the GPU's own hardware approximation.* expf.*\n  from "
