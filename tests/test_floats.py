@@ -350,7 +350,7 @@ def test_float_to_an_integer_in_every_rounding_saturates_to_its_range(kind, roun
 @pytest.mark.parametrize("body, named", [
     ("\tdiv.approx.f32 %f3, %f1, %f2;", "a division of floats"),
     ("\tmad.f32 %f3, %f1, %f2, %f1;", "not a fused multiply-add of sm_20"),
-    ("\tcvt.rn.f32.s64 %f3, %rd1;", "conversions from or to 64-bit types"),
+    ("\tcvt.rn.f32.s64 %f3, %rd1;", "of a 64-bit integer runs where every write of it widens"),
     ("\tmax.ftz.f32 %f3, %f1, %f2;", ".ftz flushes subnormals"),
     ("\tmax.xorsign.abs.f32 %f3, %f1, %f2;", "max.f32 with .xorsign, .abs"),
     ("\tsetp.lt.and.f32 %p1, %f1, %f2, %p2;", "combining operation"),
