@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from float_runs import in_fours, ulps
 from qwengpu import Device, MachineError, toolchain
 
 pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
@@ -29,21 +30,7 @@ def source(call: str) -> str:
 
 def on_the_machine(call: str, values: np.ndarray) -> np.ndarray:
     dev = Device()
-    kernel = dev.load_kernel(source(call), "k")
-    y, x = dev.alloc(4), dev.alloc(4)
-    out = []
-    for start in range(0, len(values), 4):
-        dev.write(x, np.resize(values[start:start + 4], 4).view(np.int32))
-        dev.launch(kernel, threads=4, args=[y, x])
-        out.append(dev.read(y, 4).astype(np.int32).view(np.float32))
-    return np.concatenate(out)[:len(values)]
-
-
-def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    def key(v):
-        bits = v.astype(np.float32).view(np.int32).astype(np.int64)
-        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-    return np.abs(key(got) - key(want.astype(np.float32)))
+    return in_fours(dev, dev.load_kernel(source(call), "k"), dev.alloc(4), dev.alloc(4), values)
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from float_runs import in_fours, ulps
 from qwengpu import Device, MachineError, toolchain
 from qwengpu.lowering import paths
 from qwengpu.lowering.cfg import basic_blocks
@@ -47,7 +48,7 @@ LIMIT = 105615.0        # CUDA's sinf takes its double path from here (its PTX: 
 
 @pytest.fixture(scope="module")
 def sines():
-    """One device and its sinf kernel for the module: the program is lowered once (about 25 s on 2 cores)."""
+    """One device and its sinf kernel for the module: the program is lowered once (about 5 s on 2 cores)."""
     if not toolchain.nvrtc_available():
         pytest.skip("NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
     dev = Device()
@@ -55,22 +56,7 @@ def sines():
 
 
 def machine_sines(sines, values: np.ndarray) -> np.ndarray:
-    dev, kernel, y, x = sines
-    out = []
-    for start in range(0, len(values), 4):
-        four = np.resize(values[start:start + 4].astype(np.float32), 4)
-        dev.write(x, four.view(np.int32))
-        dev.launch(kernel, threads=4, args=[y, x])
-        out.append(dev.read(y, 4).astype(np.int32).view(np.float32))
-    return np.concatenate(out)[:len(values)]
-
-
-def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """The distance in float32 units in the last place (of the float64 reference rounded to float32)."""
-    def key(v):
-        bits = v.astype(np.float32).view(np.int32).astype(np.int64)
-        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-    return np.abs(key(got) - key(want.astype(np.float32)))
+    return in_fours(*sines, values)
 
 
 def test_sinf_runs_within_cudas_two_ulps_below_the_double_path(sines):

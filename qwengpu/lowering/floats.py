@@ -650,16 +650,16 @@ class _Rewriter:
                 self._to_integer(dst, whole, signed=mods[1] == "s32")
         elif mods[0] in ("rzi", "rni") and mods[1] in NARROW_INTEGERS and mods[2] == "f32":
             self._to_narrow_integer(dst, x, mods[1], nearest=mods[0] == "rni")
-        elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in WIDE_INTEGERS and self._widened(x, mods[2]):
+        elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in WIDE_INTEGERS:
             # (float)i of a size_t or long long that is an int or unsigned widened (size_t i = threadIdx.x): its low
             # word, converted as what it was
-            low = self.emit("cvt.u32.u64", x)
-            self._from_integer(dst, low, signed=self._widened(x, mods[2]) == "s", mode=mods[0])
-        elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in WIDE_INTEGERS:
-            raise _refuse(inst, f"(float) of a 64-bit integer runs where every write of it widens a 32-bit value "
-                                f"(cvt.u64.u32 or cvt.s64.s32: size_t i = threadIdx.x); this .{mods[2]} may hold "
-                                "more than its low word, which is all a register of the machine holds: compute it "
-                                "as an int or unsigned")
+            widened = self._widened(x, mods[2])
+            if widened is None:
+                raise _refuse(inst, f"(float) of a 64-bit integer runs where every write of it widens a 32-bit value "
+                                    f"(cvt.u64.u32 or cvt.s64.s32: size_t i = threadIdx.x); this .{mods[2]} may "
+                                    "hold more than its low word, which is all a register of the machine holds: "
+                                    "compute it as an int or unsigned")
+            self._from_integer(dst, self.emit("cvt.u32.u64", x), signed=widened == "s", mode=mods[0])
         elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in NARROW_INTEGERS:
             # (float) of a char or short (NVRTC: cvt.rn.f32.s16 / u16 of its 16-bit register): widened by the
             # integer lowering's own cvt, then converted as an int (exact in every rounding: 16 bits fit)
