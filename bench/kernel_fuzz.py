@@ -47,7 +47,10 @@ with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no lib
 ``--arith``) adds fmaf(a, b, c), rounded once, against glibc's fmaf (exact). ``--calls`` makes expressions call
 ``__noinline__`` functions of their own (statements, loops, an early return, calls of further functions, x[] and
 out[] through pointer parameters), which qwengpu.inline inlines where NVRTC keeps the call ("call kept" counts
-those programs) and gcc calls. All seven are off by default, so a seed's programs stay what they were.
+those programs) and gcc calls. ``--counters`` adds loops over an ``unsigned long long`` counter from a word to a
+word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1) or by 1 to 4,
+the counter read in the body and, in a quarter, after the loop (refused). All eight are off by default, so a seed's
+programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
@@ -97,8 +100,10 @@ class Generator:
     """Random kernel bodies over unsigned / int variables v0..v3."""
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
-                 wide: bool = False, arith: bool = False, fma: bool = False, calls: bool = False):
+                 wide: bool = False, arith: bool = False, fma: bool = False, calls: bool = False,
+                 counters: bool = False):
         self.rng = rng
+        self.counters = counters    # statements may be loops over an unsigned long long counter
         self.calls = calls      # expressions may call __noinline__ functions (qwengpu.inline inlines them)
         self.functions: list[str | None] = []       # their definitions, by number (f0, f1, ...)
         self.calling = 0        # how deep the function being generated is
@@ -370,8 +375,10 @@ class Generator:
         return self.pick(uses)
 
     def statement(self, depth: int = 0) -> str:
-        kind = int(self.rng.integers(13))
+        kind = int(self.rng.integers(13 + 3 * self.counters))
         var = self.pick(["v0", "v1", "v2", "v3"])
+        if kind >= 13:
+            return self.counter_loop(var, depth) if depth < 2 else f"{var} = {self.expr()};"
         if depth < 2 and kind >= 10:
             # A divergent loop: the trip count differs across lanes; break / continue on lane data.
             self.loops += 1
@@ -395,6 +402,31 @@ class Generator:
             self.loops += 1
             return f"for (int j{self.loops} = 0; j{self.loops} < {n}; j{self.loops}++) {{ {self.statement(depth + 1)} }}"
         return f"{var} = {self.expr()};"
+
+    def counter_loop(self, var: str, depth: int) -> str:
+        """A loop over an unsigned long long counter from a word to a word bound (qwengpu.lowering.counters):
+        ``<`` or ``<=``, or two bounds; a step of 2^30 or more, so that the last trip's sum often passes 2^32 - 1
+        and the loop ends after at most 5 trips, or a step of 1 to 4 below a bound at most 15 past the start.
+        The counter is read in the body (its low word, shifted down, compared) and, in a quarter of the loops,
+        after the loop (which the machine refuses: the counter may be past 2^32 - 1 there)."""
+        self.loops += 1
+        self.features.add("counter loop")
+        j, start = f"j{self.loops}", f"(unsigned long long){self.expr(1)}"
+        end = ""
+        if self.rng.random() < 0.5:
+            step = f"((unsigned long long)({self.expr(2)}) | 0x40000000ull)"
+            cond = self.pick([f"{j} < (unsigned long long){self.expr(1)}", f"{j} <= (unsigned long long){self.expr(1)}",
+                              f"{j} < (unsigned long long){self.expr(1)} && {j} < (unsigned long long){self.expr(1)}"])
+        else:
+            # the bound fixed before the loop: one the body moves could keep a small step going for millions of trips
+            step = f"(unsigned long long)(({self.expr(2)} & 3u) + 1u)"
+            end = f", {j}e = (unsigned long long)((unsigned){start} + ({self.expr(1)} & 15u))"
+            cond = f"{j} < {j}e"
+        use = self.pick([f"{var} += (unsigned){j};", f"{var} ^= (unsigned)({j} >> 3);",
+                         f"{var} = {var} * 3u + (unsigned)({j} > (unsigned long long){self.expr(1)});"])
+        loop = f"for ({j} = {start}; {cond}; {j} += {step}) {{ {use} {self.statement(depth + 1)} }}"
+        after = f" {var} ^= (unsigned){j};" if self.rng.random() < 0.25 else ""
+        return f"{{ unsigned long long {j}{end}; {loop}{after} }}"
 
     def body(self) -> str:
         lines = ["unsigned v0 = tid, v1 = (unsigned)s0, v2 = (unsigned)x[tid], v3 = 0u;"]
@@ -558,8 +590,8 @@ def int_arg(v: int) -> str:
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
               floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False,
-              calls: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics, floats, wide, arith, fma, calls)
+              calls: bool = False, counters: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats, wide, arith, fma, calls, counters)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -598,7 +630,8 @@ def classify(error: Exception) -> str:
 
 def classify_text(text: str) -> str:
     for key in ("blocks; the ROM holds", "registers per lane", "words of block memory", "floating point", "divergent", "not a whole number",
-                "holds an address", "overlaps them", "mul.hi", "depends on the high word", "unsupported PTX"):
+                "holds an address", "overlaps them", "mul.hi", "compares the loop counter", "depends on the high word",
+                "unsupported PTX"):
         if key in text:
             return key
     return text.split(":")[0][:60]
@@ -674,12 +707,14 @@ def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
 
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
-         arith: bool = False, time_limit: float | None = None, fma: bool = False, calls: bool = False) -> dict:
+         arith: bool = False, time_limit: float | None = None, fma: bool = False, calls: bool = False,
+         counters: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
     ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``; ``fma``:
-    with them fmaf(a, b, c), rounded once, against libm's; ``calls``: calls of __noinline__ functions); returns
+    with them fmaf(a, b, c), rounded once, against libm's; ``calls``: calls of __noinline__ functions;
+    ``counters``: loops over unsigned long long counters); returns
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
     div, rcp, sqrt, an int / unsigned conversion, a call, a call NVRTC kept), the mismatches and the internal errors
     (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted and the
@@ -695,7 +730,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls)
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -766,11 +801,14 @@ def main(argv=None) -> int:
                              "an internal error; 0 runs each in this process without a limit (the default, but 60 "
                              "with --arith: long float programs are where a hang in the lowering would show; the "
                              "specializer's exponential trace of divisions of launch arguments was one)")
+    parser.add_argument("--counters", action="store_true",
+                        help="loops over an unsigned long long counter (size_t i = ...; i < n; i += step), whose "
+                             "last step may pass 2^32 - 1, the counter read in the body and sometimes after")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
                   atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith or args.fma, fma=args.fma,
-                  calls=args.calls, time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
+                  calls=args.calls, counters=args.counters, time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
                   else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "

@@ -133,3 +133,17 @@ def test_calls_of_noinline_functions_match_the_host_c_compiler():
     assert report["internal_errors"] == [], report["internal_errors"]
     assert report["ran"] >= 55, report["refused"]
     assert report["features"]["call kept"] >= 12 and report["features"]["nested call"] >= 10, report["features"]
+
+
+def test_64_bit_loop_counters_match_the_host_c_compiler():
+    """--counters: loops over an unsigned long long counter (steps of 2^30 or more, whose last sum passes
+    2^32 - 1, or of 1 to 4), the counter read in the body; the machine's saturating step must end each loop where
+    gcc's 64-bit one ends, and what it cannot answer (the counter after its loop, i <= a bound it cannot fix) is
+    refused."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(60, seed=4, batch=60, counters=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    assert report["features"]["counter loop"] >= 12, report["features"]
+    assert report["ran"] >= 40, report["refused"]

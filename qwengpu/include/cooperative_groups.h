@@ -3,9 +3,9 @@
  *
  *   this_thread_block()      thread_rank(), size() / num_threads(), sync() (__syncthreads), group_index(),
  *                            thread_index(), group_dim() / dim_threads()
- *   this_grid()              thread_rank(), size() / num_threads(), block_rank(), num_blocks(): grid-stride loops
- *                            (unsigned int, below). No sync(): the machine runs a grid's blocks one after another,
- *                            so no block can wait for a later one (refused when compiled, saying so).
+ *   this_grid()              thread_rank(), size() / num_threads(), block_rank(), num_blocks() (unsigned long
+ *                            long, as CUDA's): grid-stride loops. No sync(): the machine runs a grid's blocks one
+ *                            after another, so no block can wait for a later one (refused when compiled, saying so).
  *   tiled_partition<N>(g)    a thread_block_tile<N>: thread_rank(), size(), meta_group_rank() / _size(), sync(),
  *                            shfl / shfl_down / shfl_up / shfl_xor, any / all / ballot: a warp's built-ins with
  *                            width N. The machine's warp is 4 lanes (warpSize), so N is 1, 2 or 4: a tile of 32 is
@@ -35,18 +35,20 @@ __device__ inline thread_block this_thread_block() { return thread_block(); }
 
 template <typename Never> struct qwengpu_refused { static const bool value = false; };
 
-// Ranks and sizes are unsigned int here, where CUDA's are unsigned long long: a grid of the machine has at most
-// 1,024 x 1,024 threads, and a 64-bit loop counter (i += grid.size()) would need the high word, which the machine's
-// registers do not hold. So `for (auto i = grid.thread_rank(); i < n; i += grid.size())` runs.
+// Ranks and sizes are unsigned long long, as CUDA's: a grid-stride loop's counter (`for (auto i =
+// grid.thread_rank(); i < n; i += grid.size())`) is a 64-bit loop counter, which the lowering keeps in one word.
 struct grid_group {
-    __device__ unsigned int block_rank() const { return (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x; }
-    __device__ unsigned int num_blocks() const { return gridDim.x * gridDim.y * gridDim.z; }
-    __device__ unsigned int thread_rank() const
+    __device__ unsigned long long block_rank() const
+    {
+        return (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+    }
+    __device__ unsigned long long num_blocks() const { return gridDim.x * gridDim.y * gridDim.z; }
+    __device__ unsigned long long thread_rank() const
     {
         return block_rank() * (blockDim.x * blockDim.y * blockDim.z) + this_thread_block().thread_rank();
     }
-    __device__ unsigned int size() const { return num_blocks() * (blockDim.x * blockDim.y * blockDim.z); }
-    __device__ unsigned int num_threads() const { return size(); }
+    __device__ unsigned long long size() const { return num_blocks() * (blockDim.x * blockDim.y * blockDim.z); }
+    __device__ unsigned long long num_threads() const { return size(); }
     __device__ bool is_valid() const { return true; }
     template <typename Never = void> __device__ void sync() const
     {

@@ -20,7 +20,8 @@ The stages, one module each, run in this order:
 2. ``propagate.propagate``       constants and thread-index affine values through the control-flow graph, with
                                  ``transfer.step``: the one transfer function per instruction every stage uses.
 3. ``emit.Emitter``              the executable blocks in program order as machine ops (``mop.MOp``) under lane
-                                 predicates (``predicates.Predicate``); addresses in words (``pointers``). Each
+                                 predicates (``predicates.Predicate``); addresses in words (``pointers``), 64-bit
+                                 loop counters in one word (``counters``: their steps saturate). Each
                                  instruction's ops come from ``memory``, ``addressing``, ``arithmetic`` or ``bits``.
 3b. ``barriers.expand``          with several warps, each __syncthreads becomes a parking block and a resume point
                                  (the registers live across it kept in the block's words).

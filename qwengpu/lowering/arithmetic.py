@@ -3,13 +3,15 @@
 
 Registers narrower than 32 bits hold their value zero-extended (``_narrow`` keeps that after each op); 64-bit
 registers hold their low word, so a 64-bit op is lowered only where its result's low word is all that is read, or
-its operands are 32-bit values extended (``_extension``); otherwise it is refused (``_need_fits``). Division by a
+its operands are 32-bit values extended (``_extension``) or a loop's 64-bit counter (lowering.counters); otherwise
+it is refused (``_need_fits``). Division by a
 machine value is a software long division, the high word of a product a sum of 16-bit partial products.
 """
 from __future__ import annotations
 
 from ..isa import MachineError
 from ..ptx import Imm, Instruction, Mem, Reg
+from . import counters
 from .mop import MOp
 from .predicates import TRUE, Predicate
 from .transfer import sources
@@ -28,33 +30,41 @@ class ArithmeticOps:
     def _extension(self, read, operand, seen: frozenset = frozenset()) -> str | None:
         """"u" when a 64-bit operand's value is a zero-extended 32-bit value, "s" when sign-extended, else None."""
         value = read(operand) if not seen else None
-        if isinstance(value, Const):
-            v = value.value
-            return "u" if v < (1 << 31) else ("u" if v < (1 << 32) else ("s" if v >= (1 << 64) - (1 << 31) else None))
-        if isinstance(value, Affine):
-            ends = [value.coef * t + value.offset for t in (0, self.context.threads - 1)]
-            return "u" if 0 <= min(ends) and max(ends) < (1 << 31) else None
+        if isinstance(value, (Const, Affine)):
+            return self._value_extension(value)
         if not isinstance(operand, Reg) or operand.name in seen or (
                 operand.name in self.addresses and operand.name not in self.bytes):
             return None
-        kinds = set()
-        for inst in self.definitions.get(operand.name, []):
-            typed = types(inst)
-            if inst.base == "ld" and "param" not in inst.modifiers and width(inst) <= 32:
-                kinds.add("s" if signed(inst) else "u")       # a word or narrower, extended into 64 bits
-            elif inst.base == "cvt" and len(typed) == 2 and (bits_of(typed[1]) or 64) <= 32:
-                kinds.add("s" if typed[1].startswith("s") else "u")
-            elif inst.base == "mov" and isinstance(inst.operands[1], (Reg, Imm)):
-                kinds.add(self._extension(read, inst.operands[1], seen | {operand.name}))
-            elif self._below_2_32(inst, read, seen | {operand.name}):
-                kinds.add("u")      # a 64-bit result whose high word is zero (``(x >> 34) & 1``)
-            else:
-                return None
+        if operand.name in self.counters.registers:
+            return "u"      # below 2^32 where read as a number; a bounding compare may read 2^32 - 1 for more
+        kinds = {self._written_extension(inst, read, seen | {operand.name})
+                 for inst in self.definitions.get(operand.name, [])}
         return kinds.pop() if len(kinds) == 1 else None
 
+    def _value_extension(self, value: Const | Affine) -> str | None:
+        """``_extension`` of a value known at launch (for a thread-index value, at every thread)."""
+        if isinstance(value, Const):
+            v = value.value
+            return "u" if v < (1 << 31) else ("u" if v < (1 << 32) else ("s" if v >= (1 << 64) - (1 << 31) else None))
+        ends = [value.coef * t + value.offset for t in (0, self.context.threads - 1)]
+        return "u" if 0 <= min(ends) and max(ends) < (1 << 31) else None
+
+    def _written_extension(self, inst: Instruction, read, seen: frozenset) -> str | None:
+        """``_extension`` of the value one instruction writes, from what it is (``seen``: the registers followed)."""
+        typed = types(inst)
+        if inst.base == "ld" and "param" not in inst.modifiers and width(inst) <= 32:
+            return "s" if signed(inst) else "u"        # a word or narrower, extended into 64 bits
+        if inst.base == "cvt" and len(typed) == 2 and (bits_of(typed[1]) or 64) <= 32:
+            return "s" if typed[1].startswith("s") else "u"
+        if inst.base == "mov" and isinstance(inst.operands[1], (Reg, Imm)):
+            return self._extension(read, inst.operands[1], seen)
+        if self._below_2_32(inst, read, seen):
+            return "u"      # a 64-bit result whose high word is zero (``(x >> 34) & 1``)
+        return None
+
     def _below_2_32(self, inst: Instruction, read, seen: frozenset) -> bool:
-        """Whether a 64-bit and / or / xor / shr / selp always leaves its high word zero: a right shift by 32 or
-        more, an and with a zero-extended word, or / xor / selp of zero-extended words."""
+        """Whether a 64-bit and / or / xor / min / max / shr / selp always leaves its high word zero: a right shift
+        by 32 or more, an and with a zero-extended word, or / xor / min / max / selp of zero-extended words."""
         ops = [o for o in inst.operands[1:] if isinstance(o, (Reg, Imm))]
         if inst.guard is not None or width(inst) != 64 or len(ops) < 2:
             return False
@@ -67,7 +77,7 @@ class ArithmeticOps:
             return ops[1].value >= 32 or small(ops[0])
         if inst.base == "and":
             return small(ops[0]) or small(ops[1])
-        if inst.base in ("or", "xor"):
+        if inst.base in ("or", "xor", "min", "max"):
             return small(ops[0]) and small(ops[1])
         if inst.base == "selp":
             return small(ops[0]) and small(ops[1])
@@ -119,7 +129,39 @@ class ArithmeticOps:
     def _need_fits(self, bits: int) -> None:
         if bits > 32:
             raise MachineError(f"line {self.inst.line}: a 64-bit {self.inst.base} depends on the high word, which "
-                               f"the machine's 32-bit registers do not hold: {self.inst.text}", line=self.inst.line)
+                               f"the machine's 32-bit registers do not hold: {self.inst.text}"
+                               f"{self._unbounded_hint()}", line=self.inst.line)
+
+    def _unbounded_hint(self) -> str:
+        """Why a 64-bit register this instruction reads, stepped like a loop counter, is no counter."""
+        for operand in sources(self.inst):
+            read = self.counters.unbounded.get(getattr(operand, "name", None))
+            if read is not None:
+                return (f" ({operand.name} steps like a loop counter, but line {read.line} reads it where a step "
+                        f"may have carried it past 2^32 - 1, other than to compare it: {read.text}; read a 64-bit "
+                        "counter only inside its loop, or write it as an int or unsigned)")
+        return ""
+
+    def _check_saturated(self, read) -> None:
+        """A compare that may read a counter saturated (lowering.counters) and answers 2^32 - 1 as the sum it
+        stands for only where the other word is below 2^32 - 1 (``i <= last``): that word, at this launch."""
+        register = self.counters.saturated.get(id(self.inst))
+        if register is None or counters.strict(self.inst, register):
+            return
+        other = next(o for o in sources(self.inst)[:2] if getattr(o, "name", None) != register)
+        value = read(other)
+        if isinstance(value, Const):
+            top = value.value
+        elif isinstance(value, Affine):
+            top = max(value.coef * t + value.offset for t in (0, self.context.threads - 1))
+        else:
+            top = None
+        if top is None or not 0 <= top < MASK32:
+            raise MachineError(
+                f"line {self.inst.line}: {self.inst.text} compares the loop counter {register} after a step that "
+                f"may carry it past 2^32 - 1, where the machine's word holds 2^32 - 1, with "
+                f"{'a value this launch does not fix' if top is None else top}: only a value below 2^32 - 1 tells "
+                f"the two apart; compare with < or >= (i < n)", line=self.inst.line)
 
     # Each _op_<base>(read, dst) builds one PTX instruction from machine ops.
     def _op_mov(self, read, dst):
@@ -164,7 +206,18 @@ class ArithmeticOps:
             self.op(op, a, b, dst=dst)
 
     def _op_add(self, read, dst):
+        if id(self.inst) in self.counters.steps:
+            self._counted_add(read, dst)
+            return
         self._binary(read, dst, "add")
+
+    def _counted_add(self, read, dst) -> None:
+        """A 64-bit counter's step (lowering.counters): the sum of two words, or 2^32 - 1 where it carries, so
+        the bounding compare after it gives a GPU's answer."""
+        a, b = self.src(read, 0), self.src(read, 1)
+        total = self.op("add", a, b)
+        carry = self.op("lt_u", (total, 0), a)
+        self.op("or", (total, 0), (self.op("sub", (None, 0), (carry, 0)), 0), dst=dst)
 
     def _op_sub(self, read, dst):
         self._binary(read, dst, "sub")
@@ -279,10 +332,24 @@ class ArithmeticOps:
         self._binary(read, dst, op, extend=op != "shl")
 
     def _op_min(self, read, dst):
-        self._binary(read, dst, "min_s" if signed(self.inst) else "min_u", extend=True)
+        self._order(read, dst, "min")
 
     def _op_max(self, read, dst):
-        self._binary(read, dst, "max_s" if signed(self.inst) else "max_u", extend=True)
+        self._order(read, dst, "max")
+
+    def _order(self, read, dst, name: str) -> None:
+        """min / max. Of 64-bit values that are words extended alike, the 32-bit op on their low words: two
+        zero-extended words order as unsigned words whatever the instruction's signedness (NVRTC's trip count
+        of ``i < a && i < b`` is a max.u64), sign-extended ones as it says."""
+        inst = self.inst
+        kind = "s" if signed(inst) else "u"
+        if width(inst) > 32:
+            kinds = {self._extension(read, o) for o in sources(inst)[:2]}
+            if kinds == {"u"} or kinds == {"s"}:
+                kind = "u" if kinds == {"u"} else kind
+                self.op(f"{name}_{kind}", self.src(read, 0), self.src(read, 1), dst=dst)
+                return
+        self._binary(read, dst, f"{name}_{kind}", extend=True)
 
     def _op_div(self, read, dst):
         self._divide(read, dst, "div")
@@ -465,11 +532,14 @@ class ArithmeticOps:
         bits = width(inst)
         unsigned_cmp = mods[0] in ("lo", "ls", "hi", "hs") or not signed(inst)
         if bits > 32:
-            # A 64-bit compare of values that are 32-bit values extended (size_t i = threadIdx.x; i < n) is the
-            # 32-bit compare of their low words.
+            # A 64-bit compare of 32-bit values extended (size_t i = threadIdx.x; i < n) is the 32-bit compare of
+            # their low words: unsigned where both are zero-extended, whatever the compare's signedness. A loop
+            # counter (lowering.counters) is zero-extended, or saturated where this compare tells them apart.
+            self._check_saturated(read)
             kinds = {self._extension(read, o) for o in sources(inst)[:2]}
-            if kinds == {"u"} and (unsigned_cmp or cmp in ("eq", "ne")) or kinds == {"s"}:
+            if kinds == {"u"} or kinds == {"s"}:
                 bits = 32
+                unsigned_cmp = unsigned_cmp or kinds == {"u"}
         self._need_fits(bits)
         op = cmp if cmp in ("eq", "ne") else f"{cmp}_{'u' if unsigned_cmp else 's'}"
         is_signed = not unsigned_cmp and cmp not in ("eq", "ne")

@@ -31,6 +31,7 @@ from ..ptx import Instruction, Mem, Reg
 from .addressing import AddressOps
 from .arithmetic import ArithmeticOps
 from .bits import BitOps
+from . import counters
 from .cfg import BasicBlock
 from .memory import MemoryOps
 from .mop import MOp
@@ -82,6 +83,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         self.dynamic = self._dynamic_registers()
         self.used = self._source_registers()
         self.bytes = self._byte_registers()
+        self.counters = self._counters()    # after the registers' kinds: _extension reads them (and these)
         self.pred = TRUE
         self.inst: Instruction | None = None
 
@@ -97,6 +99,35 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
                 step(inst, state, read, self.context)
             if block.terminator is not None:
                 yield block.terminator, state, read
+
+    def _counters(self) -> counters.Counters:
+        """The 64-bit loop counters (lowering.counters) this launch keeps to words: each step adds words (or
+        counters), each other write is a word, and a sum known here is a word. The registers that fail are
+        ordinary 64-bit registers, and the counters are found again without them (a step that read one is no
+        step now)."""
+        wide = {name for name in self.dynamic - self.addresses if self.reg_bits(name) == 64}
+        unbounded = {}
+        while True:
+            self.counters = found = counters.find(self.blocks, wide)
+            found.unbounded.update(unbounded)
+            unbounded = found.unbounded
+            failed = set()
+            for inst, state, read in self._walk():
+                dst = destination(inst)
+                if dst not in found.registers:
+                    continue
+                value = evaluate(inst, read, self.context)
+                if value not in (None, DYNAMIC):
+                    fits = self._value_extension(value) == "u"
+                elif id(inst) in found.steps:
+                    fits = all(self._extension(read, o) == "u" for o in sources(inst))
+                else:
+                    fits = self._written_extension(inst, read, frozenset({dst})) == "u"
+                if not fits:
+                    failed.add(dst)
+            if not failed:
+                return found
+            wide -= failed
 
     def _dynamic_registers(self) -> set[str]:
         """Registers whose value the machine must hold in some place they are read."""

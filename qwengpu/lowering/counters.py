@@ -1,0 +1,192 @@
+"""64-bit loop counters held in one word: the ``size_t`` counter of a grid-stride loop.
+
+A 64-bit register holds its low word (``emit``), so a 64-bit compare is lowered only where both values fit in a
+word. ``for (size_t i = tid; i < n; i += stride)`` compares a sum that may pass 2^32 - 1 (the last trip's
+``i + stride``) with ``n``: its low word would wrap to a small number and the loop would go on where a GPU's ends.
+
+A *counter* is a 64-bit register that grows by ``add r, r, s`` (a *step*) and is otherwise written only with
+words; after a step it may stand for a sum past 2^32 - 1, and until a compare bounds it again (``i < n`` on the
+edge where it holds) only compares with a word read it. The step is lowered as a saturating add of low words
+(``ArithmeticOps._counted_add``: the sum, or 2^32 - 1 where it carries), and such a compare gives a GPU's answer:
+
+- ``i < c`` and ``i >= c`` (``c > i``, ``c <= i``) for every word ``c``: a sum of 2^32 or more is not below ``c``,
+  and neither is 2^32 - 1;
+- ``i <= c``, ``i == c``, ``i != c`` and the rest where ``c`` is below 2^32 - 1 at the launch (the emitter checks);
+- on the edge where a compare says ``i <= c``, the word is the sum itself, and any instruction may read it there
+  (the loop's body: ``x[i]``).
+
+This module finds the counters from the control-flow graph alone (:func:`find`). What depends on the launch (that
+``s`` and every other write of ``i`` are words: ``tid``, ``blockDim.x * gridDim.x``) is checked by the emitter,
+which treats a register that fails as any other 64-bit register (a compare of its high word is refused, and
+names the read that made it no counter: ``return i`` after the loop).
+
+Example::
+
+    >>> counters = find(basic_blocks(kernel), {"%rd10"})      # doctest: +SKIP
+    >>> counters.registers, [step.text for step in counters.steps.values()]   # doctest: +SKIP
+    ({'%rd10'}, ['add.s64 %rd10, %rd10, %rd2'])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ptx import Instruction, Mem, Reg
+from .cfg import BasicBlock
+from .values import destination, width
+
+# setp's comparison and the counter's side -> the predicate's value that says "the counter is at most the other
+# value" (so below 2^32)
+BOUNDS = {("lt", 1): True, ("lo", 1): True, ("le", 1): True, ("ls", 1): True, ("eq", 1): True,
+          ("ge", 1): False, ("hs", 1): False, ("gt", 1): False, ("hi", 1): False, ("ne", 1): False,
+          ("gt", 2): True, ("hi", 2): True, ("ge", 2): True, ("hs", 2): True, ("eq", 2): True,
+          ("le", 2): False, ("ls", 2): False, ("lt", 2): False, ("lo", 2): False, ("ne", 2): False}
+# the compares a saturated word answers as the sum past 2^32 - 1 whatever the other word: "counter below it"
+STRICT = {("lt", 1), ("lo", 1), ("ge", 1), ("hs", 1), ("gt", 2), ("hi", 2), ("le", 2), ("ls", 2)}
+
+
+@dataclass
+class Counters:
+    registers: set[str] = field(default_factory=set)
+    steps: dict[int, Instruction] = field(default_factory=dict)     # id(instruction) -> each counter's step
+    # id(setp) -> the counter it may read saturated (after a step, before a bound): other than a STRICT compare,
+    # its answer is the GPU's only where the other word is below 2^32 - 1 (``i <= last``, ``i != n``)
+    saturated: dict[int, str] = field(default_factory=dict)
+    # a register that steps like a counter but is read as a number where it may be past 2^32 - 1 -> that read
+    unbounded: dict[str, Instruction] = field(default_factory=dict)
+
+    def drop(self, register: str) -> None:
+        """Treat ``register`` as an ordinary 64-bit register."""
+        self.registers.discard(register)
+        self.steps = {key: inst for key, inst in self.steps.items() if destination(inst) != register}
+        self.saturated = {key: name for key, name in self.saturated.items() if name != register}
+
+
+def reads(inst: Instruction) -> set[str]:
+    """The registers an instruction reads: its value operands and the bases of its memory operands."""
+    first = 1 if destination(inst) is not None else 0
+    names = set()
+    for operand in inst.operands[first:]:
+        if isinstance(operand, Mem):
+            operand = operand.base
+        if isinstance(operand, Reg):
+            names.add(operand.name)
+    return names
+
+
+def is_step(inst: Instruction) -> bool:
+    """A 64-bit add on every lane (``add.s64 r, r, s``; a sum of two words; a sum of counters: an unrolled loop's
+    ``i + s``, ``i + 2s``, ...)."""
+    return inst.base == "add" and width(inst) == 64 and inst.guard is None and len(inst.operands) == 3
+
+
+def _side(inst: Instruction, register: str) -> tuple[str, int] | None:
+    """(comparison, operand index of ``register``) of a 64-bit setp comparing ``register`` with another value."""
+    if inst.base != "setp" or width(inst) != 64 or len(inst.modifiers) != 2 or len(inst.operands) != 3:
+        return None
+    sides = [i for i in (1, 2) if isinstance(inst.operands[i], Reg) and inst.operands[i].name == register]
+    return (inst.modifiers[0], sides[0]) if len(sides) == 1 else None
+
+
+def bound(inst: Instruction, register: str) -> bool | None:
+    """For a 64-bit setp that compares ``register`` with another value, the value of its predicate that says
+    "register at most the other value"; else None."""
+    return BOUNDS.get(_side(inst, register))
+
+
+def strict(inst: Instruction, register: str) -> bool:
+    """Whether a setp reading ``register`` answers a saturated word as the sum it stands for, whatever the other
+    word (``i < n`` with n = 2^32 - 1 too); else only where the other word is below 2^32 - 1."""
+    return _side(inst, register) in STRICT
+
+
+def find(blocks: list[BasicBlock], wide: set[str]) -> Counters:
+    """The counters among the 64-bit registers ``wide``, and their steps."""
+    counters = Counters()
+    written: dict[str, list[Instruction]] = {}
+    for block in blocks:
+        for inst in block.body:
+            if destination(inst) in wide:
+                written.setdefault(destination(inst), []).append(inst)
+    for register, writes in written.items():
+        if any(is_step(inst) for inst in writes):
+            counters.registers.add(register)
+            counters.steps.update((id(inst), inst) for inst in writes if is_step(inst))
+    while True:
+        failed = _read_unbounded(blocks, counters)
+        if not failed:
+            return counters
+        for register, inst in failed.items():
+            counters.drop(register)
+            counters.unbounded[register] = inst
+
+
+def _read_unbounded(blocks: list[BasicBlock], counters: Counters) -> dict[str, Instruction]:
+    """The counters read, other than by a compare, where a step may have left them past 2^32 - 1 (each with such
+    a read), and ``counters.saturated``: a forward analysis of the set of such ("unbounded") counters at each
+    block's entry, the union over its predecessors' edges."""
+    entry: dict[int, frozenset] = {0: frozenset()}
+    work, failed = [0], {}
+    counters.saturated = {}
+    while work:
+        index = work.pop(0)
+        unbounded = set(entry[index])
+        # predicate -> {(counter, a value of the predicate that says the counter is below its bound)}
+        facts: dict[str, frozenset] = {}
+        block = blocks[index]
+        for inst in block.body:
+            for register in reads(inst) & unbounded:
+                if id(inst) in counters.steps:
+                    continue        # a step's sum saturates with its operand
+                if bound(inst, register) is None or len(reads(inst) & unbounded) > 1:
+                    failed.setdefault(register, inst)
+                else:
+                    counters.saturated[id(inst)] = register
+            dst = destination(inst)
+            facts = {p: frozenset(f for f in fs if f[0] != dst) for p, fs in facts.items() if p != dst}
+            if dst in counters.registers:
+                if id(inst) in counters.steps:
+                    unbounded.add(dst)
+                elif inst.guard is None:
+                    unbounded.discard(dst)
+            elif dst is not None and inst.guard is None:
+                made = _predicate_facts(inst, counters.registers, facts)
+                if made:
+                    facts[dst] = made
+        for successor, bounded in _edges(block, facts):
+            out = frozenset(unbounded - bounded)
+            old = entry.get(successor)
+            new = out if old is None else old | out
+            if new != old:
+                entry[successor] = new
+                if successor not in work:
+                    work.append(successor)
+    return failed
+
+
+def _predicate_facts(inst: Instruction, registers: set[str], facts: dict) -> frozenset:
+    """What a predicate an instruction writes says of the counters: a bounding compare's, or the facts of the
+    predicates it combines (``i < n && i < m``: and.pred; ``i >= n || i >= m``: or.pred; not.pred; mov.pred)."""
+    if inst.base == "setp":
+        return frozenset((r, below) for r in registers if (below := bound(inst, r)) is not None)
+    if "pred" not in inst.modifiers:
+        return frozenset()
+    operands = [facts.get(o.name, frozenset()) if isinstance(o, Reg) else frozenset() for o in inst.operands[1:]]
+    if inst.base == "mov" and len(operands) == 1:
+        return operands[0]
+    if inst.base == "not" and len(operands) == 1:
+        return frozenset((r, not value) for r, value in operands[0])
+    # a and b is true only where both are; a or b is false only where both are
+    kept = {"and": True, "or": False}.get(inst.base)
+    return frozenset(f for fs in operands for f in fs if f[1] == kept) if kept is not None else frozenset()
+
+
+def _edges(block: BasicBlock, facts: dict) -> list[tuple[int, set[str]]]:
+    """Each successor with the counters its edge proves below their bound (a branch on a bounding compare)."""
+    term = block.terminator
+    if term is None or term.guard is None or term.base != "bra":
+        return [(s, set()) for s in block.successors]
+    known = facts.get(term.guard.name, frozenset())
+    taken = not term.guard_negated          # the predicate's value on the taken edge
+    edges = [(block.successors[0], {r for r, value in known if value == taken})]
+    edges += [(s, {r for r, value in known if value != taken}) for s in block.successors[1:]]
+    return edges

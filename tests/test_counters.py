@@ -1,0 +1,177 @@
+"""64-bit loop counters (qwengpu.lowering.counters): ``for (size_t i = ...; i < n; i += stride)`` runs on the
+machine's 32-bit words, its last step saturating where the sum passes 2^32 - 1, against a replay of the loop in
+Python's unbounded integers (a GPU's 64-bit arithmetic); what the saturated word cannot answer is refused by name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qwengpu import Device, MachineError, toolchain
+from qwengpu.lowering import counters
+from qwengpu.lowering.cfg import basic_blocks
+from qwengpu.lowering.values import width
+from qwengpu.ptx import Reg, parse
+
+pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
+                                reason="NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
+
+LOOPS = r"""
+extern "C" __global__ void triple(int *x, size_t n)
+{
+    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        x[i] = 3 * x[i];
+}
+
+// the careful spelling: the index and the stride computed in 64 bits
+extern "C" __global__ void copy(const int *x, int *y, size_t n)
+{
+    size_t stride = (size_t)blockDim.x * gridDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        y[i] = x[i] + 1;
+}
+
+extern "C" __global__ void negate_below_both(int *x, unsigned long long n, unsigned long long m)
+{
+    for (unsigned long long i = threadIdx.x; i < n && i < m; i += blockDim.x)
+        x[i] = -x[i];
+}
+
+extern "C" __global__ void up_to(int *x, size_t last)
+{
+    for (size_t i = threadIdx.x; i <= last; i += blockDim.x)
+        x[i] += 1;
+}
+
+// a step that passes 2^32 - 1 after one trip: the low word would wrap to a small number and the loop go on
+extern "C" __global__ void leap(int *x, size_t step, size_t n)
+{
+    for (size_t i = threadIdx.x; i < n; i += step)
+        x[i & 15] += (int)(i >> 28) + 1;
+}
+
+extern "C" __global__ void leap_up_to(int *x, size_t step, size_t last)
+{
+    for (size_t i = threadIdx.x; i <= last; i += step)
+        x[i & 15] += 1;
+}
+
+extern "C" __global__ void count_after(int *x, size_t n, int *out)
+{
+    size_t i = threadIdx.x;
+    for (; i < n; i += blockDim.x)
+        x[i] += 1;
+    out[threadIdx.x] = (int)i;
+}
+"""
+
+
+def replay(x: list[int], threads: int, blocks: int, start, step, condition, body) -> list[int]:
+    """The loop on every thread of every block in Python integers (no wrap-around below 2^64)."""
+    x = list(x)
+    for block in range(blocks):
+        for tid in range(threads):
+            i = start(block, tid)
+            while condition(i):
+                body(x, i)
+                i += step
+    return x
+
+
+def run(name: str, words, args, threads: int = 4, blocks: int = 1):
+    dev = Device(backend="interpreter")
+    a, b = dev.alloc(16), dev.alloc(16)
+    dev.write(a, np.array(words, dtype=np.int64))
+    dev.launch(dev.load_kernel(LOOPS, name), threads=threads, blocks=blocks,
+               args=[{"A": a, "B": b}.get(v, v) if isinstance(v, str) else v for v in args])
+    return [int(v) for v in dev.read(a, 16)], [int(v) for v in dev.read(b, 16)]
+
+
+WORDS = list(range(5, 21))
+
+
+def times(k):
+    def body(x, i):
+        x[i] = k * x[i]
+    return body
+
+
+@pytest.mark.parametrize("n, threads, blocks", [(10, 4, 1), (13, 2, 3), (16, 4, 2), (3, 4, 2), (0, 4, 1)])
+def test_grid_stride_loops_with_a_size_t_counter_run(n, threads, blocks):
+    got, _ = run("triple", WORDS, ["A", n], threads, blocks)
+    want = replay(WORDS, threads, blocks, lambda b, t: b * threads + t, threads * blocks, lambda i: i < n, times(3))
+    assert got == want
+    got, copied = run("copy", WORDS, ["A", "B", n], threads, blocks)
+    assert got == WORDS and copied == [v + 1 for v in WORDS[:n]] + [0] * (16 - n)
+
+
+@pytest.mark.parametrize("n, m", [(10, 7), (7, 10), (0, 5), (16, 16)])
+def test_two_bounds_and_a_bound_with_less_or_equal(n, m):
+    got, _ = run("negate_below_both", WORDS, ["A", n, m])
+    assert got == replay(WORDS, 4, 1, lambda b, t: t, 4, lambda i: i < n and i < m, times(-1))
+
+    def bump(x, i):
+        x[i] += 1
+    got, _ = run("up_to", WORDS, ["A", m - 1])
+    assert got == replay(WORDS, 4, 1, lambda b, t: t, 4, lambda i: i <= m - 1, bump)
+
+
+@pytest.mark.parametrize("step, n", [(2**31 + 5, 2**32 - 1), (2**31 + 5, 2**31 + 7), (2**32 - 1, 2**32 - 1),
+                                     (2**30, 2**32 - 2), (2**31, 2**32 - 1)])
+def test_a_step_past_the_word_ends_the_loop_as_on_a_gpu(step, n):
+    """Where ``i + step`` passes 2^32 - 1, a GPU's i is past every word n, so the loop ends; the machine's step
+    saturates at 2^32 - 1, which is not below n either. Its low word would be small and the loop go on (the
+    replay of that, in 32-bit words, differs from the GPU's)."""
+    def leap(x, i):
+        x[i & 15] += (i >> 28) + 1
+    got, _ = run("leap", WORDS, ["A", step, n])
+    want = replay(WORDS, 4, 1, lambda b, t: t, step, lambda i: i < n, leap)
+    assert got == want
+    wrapped = replay(WORDS, 4, 1, lambda b, t: t, step, lambda i: (i & 0xFFFFFFFF) < n and i < 6 * step, leap)
+    assert step < 2**31 or wrapped != want      # the case is one where a wrapped counter would be wrong
+
+    def bump(x, i):
+        x[i & 15] += 1
+    last = n - 1
+    got, _ = run("leap_up_to", WORDS, ["A", step, last])
+    assert got == replay(WORDS, 4, 1, lambda b, t: t, step, lambda i: i <= last, bump)
+
+
+def test_less_or_equal_to_the_largest_word_is_refused():
+    """``i <= 2^32 - 1``: a GPU's loop ends when i passes 2^32 - 1, the saturated word cannot say so."""
+    with pytest.raises(MachineError, match=r"compares the loop counter .* with 4294967295: only a value below "
+                                           r"2\^32 - 1 tells the two apart; compare with < or >="):
+        run("leap_up_to", WORDS, ["A", 2**31, 2**32 - 1])
+
+
+def test_a_counter_read_after_its_loop_is_refused_naming_the_read():
+    with pytest.raises(MachineError, match=r"depends on the high word.*steps like a loop counter, but line \d+ "
+                                           r"reads it where a step may have carried it past 2\^32 - 1"):
+        run("count_after", WORDS, ["A", 10, "B"])
+
+
+def wide_registers(blocks) -> set[str]:
+    return {inst.operands[0].name for b in blocks for inst in b.body
+            if isinstance(inst.operands[0], Reg) and width(inst) == 64}
+
+
+def test_counters_are_found_from_the_control_flow_alone():
+    kernels = parse(toolchain.compile_cuda(LOOPS)).kernels
+    blocks = basic_blocks(kernels["triple"])
+    found = counters.find(blocks, wide_registers(blocks))
+    loop_compare = next(i for b in blocks for i in b.body if i.base == "setp" and i.modifiers[0] == "lt")
+    counter = loop_compare.operands[1].name
+    assert counter in found.registers
+    assert [(s.operands[0].name, s.base) for s in found.steps.values() if s.operands[0].name == counter] == \
+        [(counter, "add")]
+    # the loop's compare reads it saturated: i < n is strict, so any word n is answered right
+    assert found.saturated == {id(loop_compare): counter} and counters.strict(loop_compare, counter)
+    # an address is read by a load where a step may have passed 2^32 - 1: no counter
+    addresses = {i.operands[1].base.name for b in blocks for i in b.body if i.base == "ld" and "global" in i.modifiers}
+    assert addresses and not addresses & found.registers
+
+    after = basic_blocks(kernels["count_after"])
+    found = counters.find(after, wide_registers(after))
+    stored = next(i for b in after for i in b.body if i.base == "st" and isinstance(i.operands[1], Reg)
+                  and i.operands[1].name in wide_registers(after))
+    assert stored.operands[1].name not in found.registers
+    assert found.unbounded[stored.operands[1].name] is stored
