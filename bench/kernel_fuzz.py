@@ -48,7 +48,7 @@ with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no lib
 ``__noinline__`` functions of their own (statements, loops, an early return, calls of further functions, x[] and
 out[] through pointer parameters), which qwengpu.inline inlines where NVRTC keeps the call ("call kept" counts
 those programs) and gcc calls. ``--counters`` adds loops over an ``unsigned long long`` counter from a word to a
-word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1) or by 1 to 4,
+word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1), by 1 or by 1 to 4,
 the counter read in the body and, in a quarter, after the loop (refused). All eight are off by default, so a seed's
 programs stay what they were.
 
@@ -406,7 +406,8 @@ class Generator:
     def counter_loop(self, var: str, depth: int) -> str:
         """A loop over an unsigned long long counter from a word to a word bound (qwengpu.lowering.counters):
         ``<`` or ``<=``, or two bounds; a step of 2^30 or more, so that the last trip's sum often passes 2^32 - 1
-        and the loop ends after at most 5 trips, or a step of 1 to 4 below a bound at most 15 past the start.
+        and the loop ends after at most 5 trips, or a step of 1 (``j++``) or of 1 to 4 below a bound at most 15
+        past the start.
         The counter is read in the body (its low word, shifted down, compared) and, in a quarter of the loops,
         after the loop (which the machine refuses: the counter may be past 2^32 - 1 there)."""
         self.loops += 1
@@ -419,7 +420,8 @@ class Generator:
                               f"{j} < (unsigned long long){self.expr(1)} && {j} < (unsigned long long){self.expr(1)}"])
         else:
             # the bound fixed before the loop: one the body moves could keep a small step going for millions of trips
-            step = f"(unsigned long long)(({self.expr(2)} & 3u) + 1u)"
+            # j++ (NVRTC unrolls it by four, its exit a 64-bit sum compared with 0) or a step of 1 to 4
+            step = self.pick(["1ull", f"(unsigned long long)(({self.expr(2)} & 3u) + 1u)"])
             end = f", {j}e = (unsigned long long)((unsigned){start} + ({self.expr(1)} & 15u))"
             cond = f"{j} < {j}e"
         use = self.pick([f"{var} += (unsigned){j};", f"{var} ^= (unsigned)({j} >> 3);",

@@ -55,6 +55,24 @@ extern "C" __global__ void leap_up_to(int *x, size_t step, size_t last)
         x[i & 15] += 1;
 }
 
+// the counter is also a byte offset (in + i of bytes)
+extern "C" __global__ void histogram(const unsigned char *in, unsigned int *bins, size_t n)
+{
+    size_t stride = blockDim.x * gridDim.x;
+    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        atomicAdd(&bins[in[i] % 8], 1u);
+}
+
+// a serial loop NVRTC unrolls by four: the exit of the unrolled loop is (n & 3) - n + i != 0 (a view of i),
+// the remainder loop's counter counts from -(n & 3) up to 0 (a counter from a value)
+extern "C" __global__ void serial_sum(const int *x, size_t n, int *out)
+{
+    int s = 0;
+    for (size_t i = 0; i < n; ++i)
+        s += x[i] * (int)(i + 1);
+    out[0] = s;
+}
+
 extern "C" __global__ void count_after(int *x, size_t n, int *out)
 {
     size_t i = threadIdx.x;
@@ -136,6 +154,59 @@ def test_a_step_past_the_word_ends_the_loop_as_on_a_gpu(step, n):
     assert got == replay(WORDS, 4, 1, lambda b, t: t, step, lambda i: i <= last, bump)
 
 
+@pytest.mark.parametrize("n, threads, blocks", [(50, 4, 2), (64, 8, 1), (7, 4, 3)])
+def test_a_counter_of_bytes_runs(n, threads, blocks):
+    data = np.random.default_rng(n).integers(0, 256, 64, dtype=np.uint8)
+    dev = Device(backend="interpreter")
+    words, bins = dev.alloc(16), dev.alloc(8)
+    dev.write(words, data.view(np.int32))
+    dev.launch(dev.load_kernel(LOOPS, "histogram"), threads=threads, blocks=blocks, args=[words, bins, n])
+    assert list(dev.read(bins, 8)) == list(np.bincount(data[:n] % 8, minlength=8))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16])
+def test_a_serial_size_t_loop_nvrtc_unrolls_runs(n):
+    _, out = run("serial_sum", WORDS, ["A", n, "B"], threads=1)
+    assert out[0] == sum(WORDS[i] * (i + 1) for i in range(n))
+
+
+# a counter from -2^32 + k up to 0 by ones, written by hand: the count it asks for is 2^32 - k
+FROM_BELOW = """
+.version 9.0
+.target sm_90
+.address_size 64
+.visible .entry from_below(.param .u64 from_below_param_0)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [from_below_param_0];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.u64 %rd3, START;
+    mov.u32 %r1, 0;
+$L__BB0_1:
+    add.s32 %r1, %r1, 1;
+    add.s64 %rd3, %rd3, 1;
+    setp.ne.s64 %p1, %rd3, 0;
+    @%p1 bra $L__BB0_1;
+    st.global.u32 [%rd2], %r1;
+    ret;
+}
+"""
+
+
+def test_a_counter_from_below_zero_counts_up_to_it():
+    dev = Device(backend="interpreter")
+    out = dev.alloc(1)
+    dev.launch(dev.load_kernel(FROM_BELOW.replace("START", "-5"), "from_below"), threads=1, args=[out])
+    assert int(dev.read(out, 1)[0]) == 5
+    # 2^32 - 1 steps: a count the saturated word cannot tell from more
+    with pytest.raises(MachineError, match=r"asks whether the loop counter %rd3 has reached a count of 4294967295, "
+                                           r"past 2\^32 - 2"):
+        dev.launch(dev.load_kernel(FROM_BELOW.replace("START", "-4294967295"), "from_below"), threads=1,
+                   args=[out])
+
+
 def test_less_or_equal_to_the_largest_word_is_refused():
     """``i <= 2^32 - 1``: a GPU's loop ends when i passes 2^32 - 1, the saturated word cannot say so."""
     with pytest.raises(MachineError, match=r"compares the loop counter .* with 4294967295: only a value below "
@@ -175,3 +246,14 @@ def test_counters_are_found_from_the_control_flow_alone():
                   and i.operands[1].name in wide_registers(after))
     assert stored.operands[1].name not in found.registers
     assert found.unbounded[stored.operands[1].name] is stored
+
+
+def test_the_unrolled_loop_exit_is_a_view_and_the_remainder_counter_is_compared_only():
+    blocks = basic_blocks(parse(toolchain.compile_cuda(LOOPS)).kernels["serial_sum"])
+    found = counters.find(blocks, wide_registers(blocks))
+    exits = [i for b in blocks for i in b.body if i.base == "setp" and i.modifiers == ("ne", "s64")]
+    assert len(exits) == 2
+    viewed, remainder = (e.operands[1].name for e in exits)
+    assert viewed in found.views and found.views[viewed][0] in found.registers
+    assert remainder in found.registers and remainder in found.compared
+    assert found.views[viewed][0] not in found.compared       # the unrolled counter is also read by the view

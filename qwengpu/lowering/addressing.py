@@ -83,6 +83,10 @@ class AddressOps:
         base, ops = inst.base, inst.operands
         if base in ("mov", "cvta"):
             result = self.op("a", self.byte_operand(read, ops[1]), dst=dst if dst in self.bytes else None)
+        elif base == "add" and id(inst) in self.counters.steps:
+            # a loop counter that is also a byte offset (``p[i]`` of bytes): its step saturates (lowering.counters)
+            self._saturating_add(self.byte_operand(read, ops[1]), self.byte_operand(read, ops[2]), dst)
+            return
         elif base in ("add", "sub", "and", "or", "xor"):
             result = self.op(base, self.byte_operand(read, ops[1]), self.byte_operand(read, ops[2]),
                              dst=dst if dst in self.bytes else None)

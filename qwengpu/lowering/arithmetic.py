@@ -35,7 +35,7 @@ class ArithmeticOps:
         if not isinstance(operand, Reg) or operand.name in seen or (
                 operand.name in self.addresses and operand.name not in self.bytes):
             return None
-        if operand.name in self.counters.registers:
+        if operand.name in self.counters.registers and operand.name not in self.counters.offsets:
             return "u"      # below 2^32 where read as a number; a bounding compare may read 2^32 - 1 for more
         kinds = {self._written_extension(inst, read, seen | {operand.name})
                  for inst in self.definitions.get(operand.name, [])}
@@ -142,6 +142,32 @@ class ArithmeticOps:
                         "counter only inside its loop, or write it as an int or unsigned)")
         return ""
 
+    def _counted_equality(self, read) -> tuple[int, int] | None:
+        """An == / != compare of a counter from a value v (the machine holds r - v) or of a view r + x of a
+        counter (lowering.counters) with a value c: (the operand to compare, the word to compare it with), where
+        the count it asks for (c - v, c - x) is below 2^32 - 1 (a saturated count is not it); else refused."""
+        inst = self.inst
+        for index, operand in enumerate(sources(inst)[:2]):
+            name = getattr(operand, "name", None)
+            if name in self.counters.views:
+                counter, x = self.counters.views[name]
+                start, own = read(x), False
+            elif name in self.counters.offsets:
+                counter, start, own = name, Const(self.counters.offsets[name]), True
+            else:
+                continue
+            other = read(sources(inst)[1 - index])
+            if isinstance(start, Const) and isinstance(other, Const):
+                count = (other.value - start.value) % (1 << 64)
+                if count < MASK32:
+                    return index, count if own else other.value & MASK32
+                what = f"a count of {count}, past 2^32 - 2, which its word cannot tell from a larger one"
+            else:
+                what = "a count this launch does not fix"
+            raise MachineError(f"line {inst.line}: {inst.text} asks whether the loop counter {counter} has reached "
+                               f"{what}; write the counter as an int or unsigned", line=inst.line)
+        return None
+
     def _check_saturated(self, read) -> None:
         """A compare that may read a counter saturated (lowering.counters) and answers 2^32 - 1 as the sum it
         stands for only where the other word is below 2^32 - 1 (``i <= last``): that word, at this launch."""
@@ -212,9 +238,11 @@ class ArithmeticOps:
         self._binary(read, dst, "add")
 
     def _counted_add(self, read, dst) -> None:
+        self._saturating_add(self.src(read, 0), self.src(read, 1), dst)
+
+    def _saturating_add(self, a: tuple, b: tuple, dst: str) -> None:
         """A 64-bit counter's step (lowering.counters): the sum of two words, or 2^32 - 1 where it carries, so
         the bounding compare after it gives a GPU's answer."""
-        a, b = self.src(read, 0), self.src(read, 1)
         total = self.op("add", a, b)
         carry = self.op("lt_u", (total, 0), a)
         self.op("or", (total, 0), (self.op("sub", (None, 0), (carry, 0)), 0), dst=dst)
@@ -535,6 +563,11 @@ class ArithmeticOps:
             # A 64-bit compare of 32-bit values extended (size_t i = threadIdx.x; i < n) is the 32-bit compare of
             # their low words: unsigned where both are zero-extended, whatever the compare's signedness. A loop
             # counter (lowering.counters) is zero-extended, or saturated where this compare tells them apart.
+            counted = self._counted_equality(read)
+            if counted is not None:
+                index, word = counted
+                self.op(cmp, self.src(read, index), (None, word), dst=dst)
+                return
             self._check_saturated(read)
             kinds = {self._extension(read, o) for o in sources(inst)[:2]}
             if kinds == {"u"} or kinds == {"s"}:

@@ -4,10 +4,12 @@ A 64-bit register holds its low word (``emit``), so a 64-bit compare is lowered 
 word. ``for (size_t i = tid; i < n; i += stride)`` compares a sum that may pass 2^32 - 1 (the last trip's
 ``i + stride``) with ``n``: its low word would wrap to a small number and the loop would go on where a GPU's ends.
 
-A *counter* is a 64-bit register that grows by ``add r, r, s`` (a *step*) and is otherwise written only with
-words; after a step it may stand for a sum past 2^32 - 1, and until a compare bounds it again (``i < n`` on the
-edge where it holds) only compares with a word read it. The step is lowered as a saturating add of low words
-(``ArithmeticOps._counted_add``: the sum, or 2^32 - 1 where it carries), and such a compare gives a GPU's answer:
+A *counter* is a 64-bit register (a value, or a byte offset: ``p[i]`` of chars) that grows by ``add r, r, s`` (a
+*step*; also a sum of a word and a counter, as NVRTC peels a first trip or chains an unrolled loop's ``i + s``,
+``i + 2s``) and is otherwise written only with words. After a step it may stand for a sum past 2^32 - 1, and until
+a compare bounds it again (``i < n`` on the edge where it holds) only compares with a word read it. The step is
+lowered as a saturating add of low words (``ArithmeticOps._saturating_add``: the sum, or 2^32 - 1 where it
+carries), and such a compare gives a GPU's answer:
 
 - ``i < c`` and ``i >= c`` (``c > i``, ``c <= i``) for every word ``c``: a sum of 2^32 or more is not below ``c``,
   and neither is 2^32 - 1;
@@ -15,10 +17,19 @@ edge where it holds) only compares with a word read it. The step is lowered as a
 - on the edge where a compare says ``i <= c``, the word is the sum itself, and any instruction may read it there
   (the loop's body: ``x[i]``).
 
-This module finds the counters from the control-flow graph alone (:func:`find`). What depends on the launch (that
-``s`` and every other write of ``i`` are words: ``tid``, ``blockDim.x * gridDim.x``) is checked by the emitter,
-which treats a register that fails as any other 64-bit register (a compare of its high word is refused, and
-names the read that made it no counter: ``return i`` after the loop).
+Two forms NVRTC writes for a loop it unrolls by four (``for (size_t i = 0; i < n; ++i)``) are compared for
+equality only, and compared as the count they ask for:
+
+- a *view* ``d = i + x`` of a counter, read once, by ``d == c`` (the unrolled loop's exit ``(n & 3) - n + i !=
+  0``): ``i == c - x``, where that count is below 2^32 - 1 (``ArithmeticOps._counted_equality``);
+- a counter read only by ``==`` / ``!=`` and its own steps, which may start from any value ``v`` the launch fixes
+  (the remainder loop's ``-(n & 3)``, counting up to 0): the machine holds its count ``r - v`` and compares that
+  with ``c - v`` (``offsets``).
+
+This module finds the counters and views from the control-flow graph alone (:func:`find`). What depends on the
+launch (that ``s`` and every other write of ``i`` are words: ``tid``, ``blockDim.x * gridDim.x``; the start ``v``)
+is checked by the emitter (``Emitter._counters``), which treats a register that fails as any other 64-bit register
+(a compare of its high word is refused, and names the read that made it no counter: ``return i`` after the loop).
 
 Example::
 
@@ -53,12 +64,21 @@ class Counters:
     saturated: dict[int, str] = field(default_factory=dict)
     # a register that steps like a counter but is read as a number where it may be past 2^32 - 1 -> that read
     unbounded: dict[str, Instruction] = field(default_factory=dict)
+    # a *view* d = r + x of a counter r, read once, by an == / != compare with another value in its block
+    # (NVRTC's exit of a loop it unrolled: ``(n & 3) - n + i != 0``) -> (r, x)
+    views: dict[str, tuple[str, object]] = field(default_factory=dict)
+    # the counters read only by == / != compares with other values (and their own steps ``r = r + s``): one may
+    # start from any value v (``-(n & 3)``, counting up to 0), and then holds its count r - v (``offsets``)
+    compared: set[str] = field(default_factory=set)
+    offsets: dict[str, int] = field(default_factory=dict)       # such a counter -> v (the emitter's, at launch)
 
     def drop(self, register: str) -> None:
         """Treat ``register`` as an ordinary 64-bit register."""
         self.registers.discard(register)
         self.steps = {key: inst for key, inst in self.steps.items() if destination(inst) != register}
         self.saturated = {key: name for key, name in self.saturated.items() if name != register}
+        self.views = {d: (r, x) for d, (r, x) in self.views.items() if r != register}
+        self.compared.discard(register)
 
 
 def reads(inst: Instruction) -> set[str]:
@@ -100,24 +120,84 @@ def strict(inst: Instruction, register: str) -> bool:
 
 
 def find(blocks: list[BasicBlock], wide: set[str]) -> Counters:
-    """The counters among the 64-bit registers ``wide``, and their steps."""
+    """The counters among the 64-bit registers ``wide``, their steps and views."""
     counters = Counters()
     written: dict[str, list[Instruction]] = {}
     for block in blocks:
         for inst in block.body:
             if destination(inst) in wide:
                 written.setdefault(destination(inst), []).append(inst)
-    for register, writes in written.items():
-        if any(is_step(inst) for inst in writes):
-            counters.registers.add(register)
-            counters.steps.update((id(inst), inst) for inst in writes if is_step(inst))
+    candidates = {register for register, writes in written.items() if any(is_step(inst) for inst in writes)}
+    counters.views = _views(blocks, candidates, written)
+    for register in candidates - set(counters.views):
+        counters.registers.add(register)
+        counters.steps.update((id(inst), inst) for inst in written[register] if is_step(inst))
     while True:
         failed = _read_unbounded(blocks, counters)
         if not failed:
-            return counters
+            break
         for register, inst in failed.items():
             counters.drop(register)
             counters.unbounded[register] = inst
+    counters.compared = _compared_only(blocks, counters)
+    return counters
+
+
+def _reads_by_register(blocks: list[BasicBlock]) -> dict[str, list[tuple[int, int, Instruction]]]:
+    """register -> (block, position, instruction) of each instruction that reads it."""
+    found: dict[str, list] = {}
+    for block in blocks:
+        for position, inst in enumerate(block.body):
+            for name in reads(inst):
+                found.setdefault(name, []).append((block.index, position, inst))
+    return found
+
+
+def _views(blocks: list[BasicBlock], candidates: set[str], written: dict) -> dict[str, tuple[str, object]]:
+    """The sums d = r + x of a candidate counter r and another value x, written once and read once: by an == / !=
+    compare of d with another value, further on in the same block, r and d not written between."""
+    readers = _reads_by_register(blocks)
+    views = {}
+    for block in blocks:
+        for position, inst in enumerate(block.body):
+            if not is_step(inst):
+                continue
+            d, a, b = inst.operands
+            counted = [o for o in (a, b) if isinstance(o, Reg) and o.name in candidates]
+            if len(counted) != 1 or a == b or len(written.get(d.name, ())) != 1:
+                continue
+            r, x = counted[0].name, b if counted[0] == a else a
+            uses = readers.get(d.name, [])
+            if len(uses) != 1 or uses[0][0] != block.index or uses[0][1] <= position:
+                continue
+            compare = uses[0][2]
+            other = [o for o in compare.operands[1:] if o != d]
+            if (_side(compare, d.name) or ("", 0))[0] not in ("eq", "ne") or len(other) != 1 or (
+                    isinstance(other[0], Reg) and other[0].name in candidates):
+                continue
+            between = block.body[position + 1:uses[0][1]]
+            if any(destination(i) in (r, d.name, getattr(x, "name", None)) for i in between):
+                continue
+            views[d.name] = (r, x)
+    return views
+
+
+def _compared_only(blocks: list[BasicBlock], counters: Counters) -> set[str]:
+    """The counters whose every read is an == / != compare with a value no counter holds, or their own step
+    ``r = r + s``."""
+    compared = set(counters.registers)
+    for block in blocks:
+        for inst in block.body:
+            for register in reads(inst) & compared:
+                others = [o for o in inst.operands[1:] if not (isinstance(o, Reg) and o.name == register)]
+                if id(inst) in counters.steps and destination(inst) == register and len(others) == 1:
+                    ok = not (isinstance(others[0], Reg) and others[0].name in counters.registers)
+                else:
+                    ok = ((_side(inst, register) or ("", 0))[0] in ("eq", "ne") and len(others) == 1
+                          and not (isinstance(others[0], Reg) and others[0].name in counters.registers))
+                if not ok:
+                    compared.discard(register)
+    return compared
 
 
 def _read_unbounded(blocks: list[BasicBlock], counters: Counters) -> dict[str, Instruction]:
@@ -135,8 +215,8 @@ def _read_unbounded(blocks: list[BasicBlock], counters: Counters) -> dict[str, I
         block = blocks[index]
         for inst in block.body:
             for register in reads(inst) & unbounded:
-                if id(inst) in counters.steps:
-                    continue        # a step's sum saturates with its operand
+                if id(inst) in counters.steps or destination(inst) in counters.views:
+                    continue        # a step's sum saturates with its operand; a view is compared only
                 if bound(inst, register) is None or len(reads(inst) & unbounded) > 1:
                     failed.setdefault(register, inst)
                 else:
@@ -149,7 +229,7 @@ def _read_unbounded(blocks: list[BasicBlock], counters: Counters) -> dict[str, I
                 elif inst.guard is None:
                     unbounded.discard(dst)
             elif dst is not None and inst.guard is None:
-                made = _predicate_facts(inst, counters.registers, facts)
+                made = _predicate_facts(inst, counters, facts)
                 if made:
                     facts[dst] = made
         for successor, bounded in _edges(block, facts):
@@ -163,11 +243,15 @@ def _read_unbounded(blocks: list[BasicBlock], counters: Counters) -> dict[str, I
     return failed
 
 
-def _predicate_facts(inst: Instruction, registers: set[str], facts: dict) -> frozenset:
-    """What a predicate an instruction writes says of the counters: a bounding compare's, or the facts of the
-    predicates it combines (``i < n && i < m``: and.pred; ``i >= n || i >= m``: or.pred; not.pred; mov.pred)."""
+def _predicate_facts(inst: Instruction, counters: Counters, facts: dict) -> frozenset:
+    """What a predicate an instruction writes says of the counters: a bounding compare's (of a counter, or of a
+    view: d == c bounds its counter), or the facts of the predicates it combines (``i < n && i < m``: and.pred;
+    ``i >= n || i >= m``: or.pred; not.pred; mov.pred)."""
     if inst.base == "setp":
-        return frozenset((r, below) for r in registers if (below := bound(inst, r)) is not None)
+        made = {(r, below) for r in counters.registers if (below := bound(inst, r)) is not None}
+        made |= {(counters.views[d][0], below) for d in reads(inst) & set(counters.views)
+                 if (below := bound(inst, d)) is not None}
+        return frozenset(made)
     if "pred" not in inst.modifiers:
         return frozenset()
     operands = [facts.get(o.name, frozenset()) if isinstance(o, Reg) else frozenset() for o in inst.operands[1:]]

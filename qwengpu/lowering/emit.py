@@ -102,29 +102,46 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
 
     def _counters(self) -> counters.Counters:
         """The 64-bit loop counters (lowering.counters) this launch keeps to words: each step adds words (or
-        counters), each other write is a word, and a sum known here is a word. The registers that fail are
-        ordinary 64-bit registers, and the counters are found again without them (a step that read one is no
-        step now)."""
-        wide = {name for name in self.dynamic - self.addresses if self.reg_bits(name) == 64}
+        counters), each other write is a word, and a sum known here is a word; or, for a counter only compared
+        for equality, every other write is one value v known here (it holds its count from v). The registers
+        that fail are ordinary 64-bit registers, and the counters are found again without them (a step or a view
+        that read one is none now)."""
+        # a byte offset is a plain number (a counter of bytes: ``p[i]`` of chars); a word-kept address is none
+        wide = {name for name in self.dynamic - (self.addresses - self.bytes) if self.reg_bits(name) == 64}
         unbounded = {}
         while True:
             self.counters = found = counters.find(self.blocks, wide)
             found.unbounded.update(unbounded)
             unbounded = found.unbounded
             failed = set()
+            starts: dict[str, set] = {}         # counter -> the values its other writes give, known here
+            moved: set[str] = set()             # counters a step moves from a value known here
             for inst, state, read in self._walk():
                 dst = destination(inst)
                 if dst not in found.registers:
                     continue
                 value = evaluate(inst, read, self.context)
-                if value not in (None, DYNAMIC):
-                    fits = self._value_extension(value) == "u"
-                elif id(inst) in found.steps:
-                    fits = all(self._extension(read, o) == "u" for o in sources(inst))
+                known = value not in (None, DYNAMIC)
+                if id(inst) in found.steps:
+                    fits = self._value_extension(value) == "u" if known else all(
+                        self._extension(read, o) == "u" for o in sources(inst))
+                    if known or read(Reg(dst)) != DYNAMIC:
+                        moved.add(dst)
                 else:
-                    fits = self._written_extension(inst, read, frozenset({dst})) == "u"
+                    fits = self._value_extension(value) == "u" if known else self._written_extension(
+                        inst, read, frozenset({dst})) == "u"
+                    starts.setdefault(dst, set()).add(value.value if isinstance(value, Const) else None)
+                    # a counter only compared for equality may start from any value known here (``-(n & 3)``)
+                    fits = fits or (dst in found.compared and isinstance(value, Const))
                 if not fits:
                     failed.add(dst)
+            for register in found.compared - failed:
+                values = starts.get(register, set())
+                if any(v is not None and self._value_extension(Const(v)) != "u" for v in values):
+                    if len(values) == 1 and None not in values and register not in moved:
+                        found.offsets[register] = values.pop()
+                    else:
+                        failed.add(register)
             if not failed:
                 return found
             wide -= failed
@@ -780,6 +797,9 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         """Emit the machine op(s) that compute a dynamic destination."""
         inst = self.inst
         base = inst.base
+        if dst in self.counters.offsets and id(inst) not in self.counters.steps:
+            self.op("a", (None, 0), dst=dst)        # a counter from v holds its count: 0 here (lowering.counters)
+            return
         if value_here != DYNAMIC:
             # Known here, but the register merges with another definition elsewhere: the machine holds it.
             if dst in self.addresses and dst not in self.bytes:
