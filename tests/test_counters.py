@@ -257,3 +257,17 @@ def test_the_unrolled_loop_exit_is_a_view_and_the_remainder_counter_is_compared_
     assert viewed in found.views and found.views[viewed][0] in found.registers
     assert remainder in found.registers and remainder in found.compared
     assert found.views[viewed][0] not in found.compared       # the unrolled counter is also read by the view
+
+
+def test_the_circuit_writes_the_interpreters_tokens_for_a_saturating_step():
+    """The saturating step is ordinary machine ops (min_u, add): the compiled circuit predicts the interpreter's
+    tokens for a loop whose last step passes 2^32 - 1."""
+    def tokens(backend):
+        dev = Device(backend=backend)
+        a = dev.alloc(16)
+        dev.write(a, np.array(WORDS, dtype=np.int64))
+        dev.launch(dev.load_kernel(LOOPS, "leap"), threads=4, args=[a, 2**31 + 5, 2**32 - 1])
+        return [int(v) for v in dev.read(a, 16)], [(t.id, t.origin) for t in dev.tokens]
+
+    (values, stream), (ref_values, ref_stream) = tokens("circuit"), tokens("interpreter")
+    assert values == ref_values and stream == ref_stream and len(stream) > 100

@@ -138,8 +138,8 @@ class ArithmeticOps:
             read = self.counters.unbounded.get(getattr(operand, "name", None))
             if read is not None:
                 return (f" ({operand.name} steps like a loop counter, but line {read.line} reads it where a step "
-                        f"may have carried it past 2^32 - 1, other than to compare it: {read.text}; read a 64-bit "
-                        "counter only inside its loop, or write it as an int or unsigned)")
+                        f"may have carried it past 2^32 - 1 (after its loop, or between the loops NVRTC unrolls one "
+                        f"into), other than to compare it: {read.text}; write the counter as an int or unsigned)")
         return ""
 
     def _counted_equality(self, read) -> tuple[int, int] | None:
@@ -242,10 +242,17 @@ class ArithmeticOps:
 
     def _saturating_add(self, a: tuple, b: tuple, dst: str) -> None:
         """A 64-bit counter's step (lowering.counters): the sum of two words, or 2^32 - 1 where it carries, so
-        the bounding compare after it gives a GPU's answer."""
-        total = self.op("add", a, b)
-        carry = self.op("lt_u", (total, 0), a)
-        self.op("or", (total, 0), (self.op("sub", (None, 0), (carry, 0)), 0), dst=dst)
+        the bounding compare after it gives a GPU's answer: a + min(b, 2^32 - 1 - a), the room left above a; by
+        a stride k known at launch, min(a, 2^32 - 1 - k) + k (two ops: a grid-stride loop's step)."""
+        if a[0] is None:
+            a, b = b, a
+        if b[0] is None:
+            stride = b[1] & MASK32
+            kept = self.op("min_u", a, (None, MASK32 - stride))
+            self.op("a", (kept, stride), dst=dst)
+            return
+        room = self.op("xor", a, (None, MASK32))
+        self.op("add", a, (self.op("min_u", b, (room, 0)), 0), dst=dst)
 
     def _op_sub(self, read, dst):
         self._binary(read, dst, "sub")

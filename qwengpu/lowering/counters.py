@@ -128,6 +128,8 @@ def find(blocks: list[BasicBlock], wide: set[str]) -> Counters:
             if destination(inst) in wide:
                 written.setdefault(destination(inst), []).append(inst)
     candidates = {register for register, writes in written.items() if any(is_step(inst) for inst in writes)}
+    if not candidates:
+        return counters
     counters.views = _views(blocks, candidates, written)
     for register in candidates - set(counters.views):
         counters.registers.add(register)

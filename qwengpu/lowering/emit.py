@@ -113,6 +113,8 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
             self.counters = found = counters.find(self.blocks, wide)
             found.unbounded.update(unbounded)
             unbounded = found.unbounded
+            if not found.registers:
+                return found
             failed = set()
             starts: dict[str, set] = {}         # counter -> the values its other writes give, known here
             moved: set[str] = set()             # counters a step moves from a value known here
