@@ -30,8 +30,11 @@ class ArithmeticOps:
     def _extension(self, read, operand, seen: frozenset = frozenset()) -> str | None:
         """"u" when a 64-bit operand's value is a zero-extended 32-bit value, "s" when sign-extended, else None."""
         value = read(operand) if not seen else None
-        if isinstance(value, (Const, Affine)):
+        if isinstance(value, Const):
             return self._value_extension(value)
+        if isinstance(value, Affine) and self._value_extension(value) is not None:
+            return self._value_extension(value)
+        # an Affine value whose range says nothing (a widening keeps a 32-bit one as it is): what writes it may
         if not isinstance(operand, Reg) or operand.name in seen or (
                 operand.name in self.addresses and operand.name not in self.bytes):
             return None

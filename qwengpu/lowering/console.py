@@ -23,8 +23,11 @@ instruction (``Format.refusal``) and puts the launch back.
 
 Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float, flags, widths
 and precisions (``*`` too), ``%%``, and ``%s`` of string literals (the machine stores which literal: a choice such as
-``x ? "big" : "small"`` becomes a ``selp`` of their numbers); refused by name: ``%p`` (the machine keeps no
-pointers for the host), ``%l`` / ``%ll`` / ``%z`` / ``%j`` (64-bit), ``%a``, ``%n`` and ``%#o``.
+``x ? "big" : "small"`` becomes a ``selp`` of their numbers), and ``%ld`` / ``%lu`` / ``%llx`` / ``%zu`` (``l``,
+``ll``, ``z``, ``j``, ``t``: a 64-bit argument, stored as its low word and its high word, which the machine computes
+as ``>> 32``: the lowering refuses it where the machine does not hold the high word, and runs it for a word
+extended, a loop counter, a product of words); refused by name: ``%p`` (the machine keeps no pointers for the
+host), ``%lc`` / ``%ls``, ``%Lf``, ``%a``, ``%n`` and ``%#o``.
 """
 from __future__ import annotations
 
@@ -41,14 +44,16 @@ from .paths import REFUSE
 
 CONSOLE = "__console"
 CHOICE = "%__string"        # registers holding which string literal a %s prints
+HIGH = "%__high"            # registers holding a 64-bit argument's high word (the machine computes it)
+WIDE = ("l", "ll", "z", "j", "t")       # the length modifiers of a 64-bit integer argument
 _SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?(hh|h|ll|l|z|j|t|L)?([diouxXcfFeEgGaAspn%])")
 
 
 @dataclass(frozen=True)
 class Format:
     """One printf call: its format string and what each argument word is: "int" (d, i, ``*``), "unsigned" (u, x, X,
-    o), "char" (c), "string" (s: the number of a string literal in ``strings``) or "float" (f, e, g, promoted from a
-    float32). ``fatal``: an assert's message (its words the failing thread's block and thread index), after which
+    o), "char" (c), "string" (s: the number of a string literal in ``strings``), "float" (f, e, g, promoted from a
+    float32), or "long" then "high" (a 64-bit argument of l / ll / z / j / t: its low word, then its high word). ``fatal``: an assert's message (its words the failing thread's block and thread index), after which
     the launch stops, as CUDA's device-side assert. ``refusal``: the PTX line of the instruction a run-time refusal
     stands for (0 for a printf or an assert)."""
     text: str
@@ -75,6 +80,8 @@ class Format:
                 star, at = _signed(words[at]), at + 1
                 precision = str(star) if star >= 0 else None
             word, at = words[at], at + 1
+            if length in WIDE:              # a 64-bit argument: its low word, then its high word
+                word, at = word | words[at] << 32, at + 1
             if conversion in "di":
                 value = _narrow(word, length, signed=True)
             elif conversion in "ouxX":
@@ -101,8 +108,9 @@ def _signed(word: int) -> int:
 
 
 def _narrow(word: int, length: str | None, signed: bool) -> int:
-    """The word as C's h / hh read it (an int argument converted to short / char first)."""
-    bits = {"h": 16, "hh": 8}.get(length, 32)
+    """The word as C's h / hh read it (an int argument converted to short / char first); a 64-bit argument's two
+    words (l, ll, z, j, t) as a long."""
+    bits = {"h": 16, "hh": 8}.get(length, 64 if length in WIDE else 32)
     word &= (1 << bits) - 1
     return word - (1 << bits) if signed and word >> (bits - 1) & 1 else word
 
@@ -115,15 +123,18 @@ def conversions(text: str, where: str) -> list[tuple[str, int]]:
         flags, width, precision, length, conversion = m.groups()
         if conversion == "%":
             continue
-        if conversion in "pnaA" or length in ("l", "ll", "z", "j", "t", "L") or ("#" in flags and conversion == "o"):
-            why = {"p": "a pointer", "n": "a count written back", "o": "C's alternate octal form"}.get(
-                conversion, "a hexadecimal float" if conversion in "aA" else "a 64-bit value")
+        wide = length in WIDE and conversion in "diouxX"
+        if conversion in "pnaA" or (length in WIDE + ("L",) and not wide) or ("#" in flags and conversion == "o"):
+            why = {"p": "a pointer", "n": "a count written back", "o": "C's alternate octal form",
+                   "c": "a wide character", "s": "a wide string"}.get(
+                conversion, "a hexadecimal float" if conversion in "aA" else "a long double")
             raise MachineError(f"{where}: printf's %{(length or '') + conversion} ({why}) is not supported: the "
-                               "machine prints ints (%d %u %x %o %c, h / hh), floats (%f %e %g) and string "
-                               "literals (%s)")
+                               "machine prints ints (%d %u %x %o %c, h / hh; l / ll / z / j / t of 64-bit values "
+                               "whose high word it computes), floats (%f %e %g) and string literals (%s)")
         words += [("int", 4)] * ((width == "*") + (precision == "*"))
-        words.append(("int", 4) if conversion in "di" else ("unsigned", 4) if conversion in "ouxX" else
-                     ("char", 4) if conversion == "c" else ("string", 8) if conversion == "s" else ("float", 8))
+        words.append(("long", 8) if wide else ("int", 4) if conversion in "di" else ("unsigned", 4)
+                     if conversion in "ouxX" else ("char", 4) if conversion == "c" else ("string", 8)
+                     if conversion == "s" else ("float", 8))
     return words
 
 
@@ -150,7 +161,7 @@ def rewrite(kernel):
     defs = {name: sites[0] for name, sites in writes.items() if len(sites) == 1}    # registers written once
     numbers = _StringNumbers(kernel, body, writes)
     dropped: set[int] = set()
-    formats, replaced = [], {}
+    formats, replaced, highs = [], {}, 0
     for number, i in enumerate(calls):
         call = body[i]
         where = f"kernel {kernel.name} line {call.line}"
@@ -172,7 +183,7 @@ def rewrite(kernel):
         text = _format_text(kernel, _origin(body, defs, fmt, where), where)
         words = conversions(text, where)
         stores = _buffer_stores(body, defs, i, *_origin(body, defs, buffer, where), where) if words else {}
-        sources, kinds, at = [], [], 0
+        sources, kinds, at, prelude = [], [], 0, []
         for kind, size in words:
             at = (at + size - 1) // size * size
             store = stores.pop(at, None)
@@ -192,8 +203,19 @@ def rewrite(kernel):
                                    "the buffer and the call")
             elif kind == "string":  # a string literal's address, or a choice of some: the literal's number
                 value = numbers.of(value, where)
-            sources.append(value)
-            kinds.append(kind)
+            if kind == "long":      # its low word, then its high word as the machine computes it (>> 32)
+                if isinstance(value, Imm):
+                    sources += [Imm(value.value & 0xFFFFFFFF), Imm(value.value >> 32 & 0xFFFFFFFF)]
+                else:
+                    high = Reg(f"{HIGH}{highs}")
+                    highs += 1
+                    prelude.append(Instruction("shr.s64", (high, value, Imm(32)), call.guard, call.guard_negated,
+                                               call.line, f"printf's 64-bit argument {value.name} ({text!r})"))
+                    sources += [value, high]
+                kinds += ["long", "high"]
+            else:
+                sources.append(value)
+                kinds.append(kind)
             dropped.add(store)
             at += size
         if stores:
@@ -201,8 +223,8 @@ def rewrite(kernel):
                                f"{text!r} does not read")
         formats.append(Format(text, tuple(kinds)))
         console = Mem(CONSOLE, 0)
-        new = [Instruction("st.shared.u32", (console, Imm(number)), call.guard, call.guard_negated, call.line,
-                           call.text)]
+        new = prelude + [Instruction("st.shared.u32", (console, Imm(number)), call.guard, call.guard_negated,
+                                     call.line, call.text)]
         new += [Instruction("st.shared.b32", (console, source), call.guard, call.guard_negated, call.line,
                             call.text) for source in sources]
         if result:
@@ -223,7 +245,7 @@ def rewrite(kernel):
     shared = dict(kernel.shared)
     shared[CONSOLE] = 4
     return dataclasses.replace(
-        kernel, body=out, shared=shared, registers={**kernel.registers, CHOICE: "b32"},
+        kernel, body=out, shared=shared, registers={**kernel.registers, CHOICE: "b32", HIGH: "b64"},
         local={name: size for name, size in kernel.local.items() if name in named},
         variables={name: v for name, v in kernel.variables.items() if name in named}), tuple(formats)
 
