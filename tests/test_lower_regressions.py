@@ -534,3 +534,33 @@ def test_a_select_whose_condition_the_branch_before_it_decided():
     condition the select is one move (here 0: tid + 0, and tid 0 keeps 58)."""
     got = run(SELECT_AFTER_BRANCH_PTX, 6, [0], {}, (0, 6))
     np.testing.assert_array_equal(got, [58, 1, 2, 3, 4, 5])
+
+
+WIDENED = r"""
+extern "C" __global__ void k(int *out, int which)
+{
+    unsigned t = threadIdx.x;
+    if (which == 0)         // zero-extended: thread 0's word is 2^32 - 1, so j + 1 is 2^32 there
+        out[t] = (int)(((unsigned long long)(t - 1u) + 1) >> 32);
+    else if (which == 1)    // sign-extended: -1 on thread 0
+        out[t] = (int)((long long)(int)(t - 1u) >> 32);
+    else                    // zero-extended words of one window: t + 5
+        out[t] = (int)((((unsigned long long)(t + 5u) + 3) >> 1) & 0xFFFF);
+}
+"""
+
+
+@needs_nvrtc
+def test_a_thread_index_widened_keeps_its_words_value():
+    """``(unsigned long long)(threadIdx.x - 1u)`` is 2^32 - 1 on thread 0 and 0 on thread 1: the constant
+    propagation had kept the 32-bit thread-index value as it was (-1 on thread 0), so ``(j + 1) >> 32`` was
+    lowered as 0 on every thread where a GPU gives 1 on thread 0. Now such a widening is no thread-index value
+    (each thread's word lies in a different window of 2^32), and the shift of its high word is refused; a
+    sign-extension and a widening of words in one window stay exact."""
+    t = np.arange(4)
+    with pytest.raises(Exception, match=r"a 64-bit shr depends on the high word"):
+        run(WIDENED, 4, [0, 0], {0: [0] * 4}, (0, 4))
+    np.testing.assert_array_equal(run(WIDENED, 4, [0, 1], {0: [0] * 4}, (0, 4)),
+                                  (np.int64(t) - 1) >> 32)
+    np.testing.assert_array_equal(run(WIDENED, 4, [0, 2], {0: [0] * 4}, (0, 4)),
+                                  ((t + 5 + 3) >> 1) & 0xFFFF)

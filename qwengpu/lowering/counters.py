@@ -134,13 +134,16 @@ def find(blocks: list[BasicBlock], wide: set[str]) -> Counters:
     for register in candidates - set(counters.views):
         counters.registers.add(register)
         counters.steps.update((id(inst), inst) for inst in written[register] if is_step(inst))
+    steps = dict(counters.steps)
     while True:
         failed = _read_unbounded(blocks, counters)
         if not failed:
             break
         for register, inst in failed.items():
             counters.drop(register)
-            counters.unbounded[register] = inst
+            if any(destination(step) == register and Reg(register) in step.operands[1:]
+                   for step in steps.values()):
+                counters.unbounded[register] = inst     # a loop counter (r = r + s): the refusal names the read
     counters.compared = _compared_only(blocks, counters)
     return counters
 

@@ -84,6 +84,19 @@ def _affine(op: str, a, b):
     return None
 
 
+def _widened(value: Affine, is_signed: bool, context: Context):
+    """A 32-bit thread-index value widened to 64 bits: the word each thread holds (its value mod 2^32), zero- or
+    sign-extended. Where every thread's word lies in one window of 2^32 values (``tid``: [0, 2^32); ``tid - 1``
+    sign-extended: [-2^31, 2^31)) that is the value moved by a multiple of 2^32, still affine; ``(unsigned)(tid -
+    1)`` zero-extended is 2^32 - 1 on thread 0 and 0 on thread 1: not affine."""
+    ends = [value.coef * t + value.offset for t in (0, context.threads - 1)]
+    low = -(1 << 31) if is_signed else 0
+    window = (min(ends) - low) >> 32
+    if (max(ends) - low) >> 32 != window:
+        return DYNAMIC
+    return Affine(value.coef, value.offset - (window << 32))
+
+
 def _decided_by_range(inst: Instruction, a, b, context: Context):
     """A compare of a thread-index expression with a constant that every thread of the launch decides alike
     (``i < n`` with n >= threads) is a constant: the launch's thread count bounds tid to 0..threads-1."""
@@ -132,8 +145,10 @@ def evaluate(inst: Instruction, read, context: Context):
         return values[0]
     typed = types(inst)
     if base == "cvt" and isinstance(values[0], Affine) and len(typed) == 2:
-        if bits_of(typed[0]) == 64 and bits_of(typed[1]) == 32 or typed[0][1:] == typed[1][1:]:
-            return values[0]          # thread indices are small and non-negative: widening keeps them
+        if typed[0][1:] == typed[1][1:]:
+            return values[0]
+        if bits_of(typed[0]) == 64 and bits_of(typed[1]) == 32:
+            return _widened(values[0], typed[1].startswith("s"), context)
     if base in ("add", "sub", "shl") and len(values) == 2:
         result = _affine(base, values[0], values[1])
         return DYNAMIC if result is None else result
