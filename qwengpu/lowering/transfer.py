@@ -152,6 +152,13 @@ def evaluate(inst: Instruction, read, context: Context):
     if base in ("add", "sub", "shl") and len(values) == 2:
         result = _affine(base, values[0], values[1])
         return DYNAMIC if result is None else result
+    if base in ("mul", "mad") and "wide" in mods and len(values) >= 2:
+        # a wide product multiplies the two words as 32-bit values (zero- or sign-extended), each thread's own
+        values = [_widened(v, signed(inst), context) if isinstance(v, Affine) else
+                  Const(signed_value(v.value, 32) if signed(inst) else v.value & MASK32) if isinstance(v, Const)
+                  else v for v in values[:2]] + values[2:]
+        if DYNAMIC in values[:2]:
+            return DYNAMIC
     if base == "mul" and ("lo" in mods or "wide" in mods):
         result = _affine("mul", values[0], values[1])
         return DYNAMIC if result is None else result
