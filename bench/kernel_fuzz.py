@@ -48,9 +48,9 @@ with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no lib
 ``__noinline__`` functions of their own (statements, loops, an early return, calls of further functions, x[] and
 out[] through pointer parameters), which qwengpu.inline inlines where NVRTC keeps the call ("call kept" counts
 those programs) and gcc calls. ``--counters`` adds loops over an ``unsigned long long`` counter from a word to a
-word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1), by 1 or by 1 to 4,
-the counter read in the body and, in a quarter, after the loop (refused). All eight are off by default, so a seed's
-programs stay what they were.
+word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1), by 1 or by 1
+to 4, the counter read in the body and, in a quarter, after the loop (refused). All eight are off by default, so a
+seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide

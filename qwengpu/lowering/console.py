@@ -53,9 +53,10 @@ _SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?(hh|h|ll|l|z|j|t|L)?([di
 class Format:
     """One printf call: its format string and what each argument word is: "int" (d, i, ``*``), "unsigned" (u, x, X,
     o), "char" (c), "string" (s: the number of a string literal in ``strings``), "float" (f, e, g, promoted from a
-    float32), or "long" then "high" (a 64-bit argument of l / ll / z / j / t: its low word, then its high word). ``fatal``: an assert's message (its words the failing thread's block and thread index), after which
-    the launch stops, as CUDA's device-side assert. ``refusal``: the PTX line of the instruction a run-time refusal
-    stands for (0 for a printf or an assert)."""
+    float32), or "long" then "high" (a 64-bit argument of l / ll / z / j / t: its low word, then its high word).
+    ``fatal``: an assert's message (its words the failing thread's block and thread index), after which the launch
+    stops, as CUDA's device-side assert. ``refusal``: the PTX line of the instruction a run-time refusal stands for
+    (0 for a printf or an assert)."""
     text: str
     kinds: tuple[str, ...]
     fatal: bool = False
