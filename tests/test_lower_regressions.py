@@ -546,8 +546,12 @@ extern "C" __global__ void k(int *out, int which)
         out[t] = (int)((long long)(int)(t - 1u) >> 32);
     else if (which == 2)    // zero-extended words of one window: t + 5
         out[t] = (int)((((unsigned long long)(t + 5u) + 3) >> 1) & 0xFFFF);
-    else                    // a wide product of a word thread 0 holds as 2^32 - 1: (2^34 - 4 + 8) >> 32 is 4
+    else if (which == 3)    // a wide product of a word thread 0 holds as 2^32 - 1: (2^34 - 4 + 8) >> 32 is 4
         out[t] = (int)((((unsigned long long)(t - 1u) * 4) + 8) >> 32);
+    else if (which == 4)    // 64-bit sums of a sign-extended index: their high words are the sign's copies
+        out[t] = (int)(((long long)(int)t - 5) >> 32) * 100 + (int)((((long long)(int)t - 2) * 3) >> 33);
+    else                    // ... shifted down as unsigned past the low word
+        out[t] = (int)((unsigned long long)((long long)(int)t - 5) >> 40);
 }
 """
 
@@ -558,7 +562,8 @@ def test_a_thread_index_widened_keeps_its_words_value():
     propagation had kept the 32-bit thread-index value as it was (-1 on thread 0), so ``(j + 1) >> 32`` was
     lowered as 0 on every thread where a GPU gives 1 on thread 0 (and a wide product of it, ``* 4``, as if of -1).
     Now such a widening is no thread-index value (each thread's word lies in a different window of 2^32), and the
-    shift of its high word is refused; a sign-extension and a widening of words in one window stay exact."""
+    shift of its high word is refused; a sign-extension and a widening of words in one window stay exact, and
+    sums of them are values whose high word the lowering knows."""
     t = np.arange(4)
     for refused in (0, 3):      # mul.wide.u32 of the word too: it multiplies each thread's word, not -1
         with pytest.raises(Exception, match=r"a 64-bit shr depends on the high word"):
@@ -567,3 +572,7 @@ def test_a_thread_index_widened_keeps_its_words_value():
                                   (np.int64(t) - 1) >> 32)
     np.testing.assert_array_equal(run(WIDENED, 4, [0, 2], {0: [0] * 4}, (0, 4)),
                                   ((t + 5 + 3) >> 1) & 0xFFFF)
+    np.testing.assert_array_equal(run(WIDENED, 4, [0, 4], {0: [0] * 4}, (0, 4)),
+                                  ((t - 5) >> 32) * 100 + (((t - 2) * 3) >> 33))
+    np.testing.assert_array_equal(run(WIDENED, 4, [0, 5], {0: [0] * 4}, (0, 4)),
+                                  ((t - 5).astype(np.uint64) >> np.uint64(40)).astype(np.int64))

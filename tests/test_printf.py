@@ -66,13 +66,15 @@ def test_printf_of_ints_and_floats_as_gcc_prints_them(f, tmp_path, capsys):
     assert capsys.readouterr().out == "".join(dev.printed)
 
 
-# 64-bit arguments (l, ll, z, j, t): words extended (signed and unsigned), a product of words (mul.wide)
+# 64-bit arguments (l, ll, z, j, t): words extended (signed and unsigned), a product of words (mul.wide), sums of a
+# thread index extended
 CALLS64 = [
     ('"%d: %ld %lu %lld|%llu %lx %lX %lo|%zu %jd %td|%+ld %08lx %-12lu|\\n"',
      "t, (long)(n - 9 * t), (unsigned long)(n - 9 * t), (long long)(t - n) * 1000003, "
      "(unsigned long long)(unsigned)(n - 2 * t), (unsigned long)(unsigned)(n * 7919 * t), (long)(n * t), "
      "(unsigned long)t, (size_t)n, (long)(t - 2), (long)(t - n), (long)t, (unsigned long)(unsigned)(-t), "
      "(unsigned long)(t * 3)"),
+    ('"%d: %ld %lld\\n"', "t, (long)t - 2, (long long)t * 1000000 - 3000000"),
 ]
 
 
@@ -82,7 +84,7 @@ def test_printf_of_64_bit_values_as_gcc_prints_them(tmp_path):
     dev = Device()
     dev.launch(dev.load_kernel(_kernel(CALLS64), "show"), threads=7, args=[6, 1.5])
     want = _reference(CALLS64, 7, 6, 1.5, tmp_path).splitlines(keepends=True)
-    assert sorted(dev.printed) == sorted(want) and len(want) == 6
+    assert sorted(dev.printed) == sorted(want) and len(want) == 12
 
 
 def test_printf_of_a_size_t_loop_counter():

@@ -49,8 +49,11 @@ class ArithmeticOps:
         if isinstance(value, Const):
             v = value.value
             return "u" if v < (1 << 31) else ("u" if v < (1 << 32) else ("s" if v >= (1 << 64) - (1 << 31) else None))
+        # A 64-bit register's thread-index value is its value (a widening keeps one only where it is: transfer)
         ends = [value.coef * t + value.offset for t in (0, self.context.threads - 1)]
-        return "u" if 0 <= min(ends) and max(ends) < (1 << 31) else None
+        if 0 <= min(ends) and max(ends) < (1 << 32):
+            return "u"
+        return "s" if -(1 << 31) <= min(ends) and max(ends) < (1 << 31) else None
 
     def _written_extension(self, inst: Instruction, read, seen: frozenset) -> str | None:
         """``_extension`` of the value one instruction writes, from what it is (``seen``: the registers followed)."""
@@ -302,8 +305,13 @@ class ArithmeticOps:
                 else:
                     self.op("shr_u", self.src(read, 0), (None, n), dst=dst)
                 return
-            if kind == "s" and signed(inst):
+            if kind == "s" and (signed(inst) or n <= 32):
+                # the bits shifted into the low word are copies of the sign (shr.u64 too, by up to 32)
                 self.op("shr_s", self.src(read, 0), (None, min(n, 31)), dst=dst)
+                return
+            if kind == "s":     # shr.u64 by more than 32: the high word (the sign's copies) shifted down
+                sign = self.op("shr_s", self.src(read, 0), (None, 31))
+                self.op("shr_u", (sign, 0), (None, n - 32), dst=dst)
                 return
             demanded = self._demanded_bits(dst)
             if n < 32 and demanded is not None and demanded <= 32 - n:
