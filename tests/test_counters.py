@@ -1,6 +1,8 @@
 """64-bit loop counters (qwengpu.lowering.counters): ``for (size_t i = ...; i < n; i += stride)`` runs on the
 machine's 32-bit words, its last step saturating where the sum passes 2^32 - 1, against a replay of the loop in
-Python's unbounded integers (a GPU's 64-bit arithmetic); what the saturated word cannot answer is refused by name."""
+Python's unbounded integers (a GPU's 64-bit arithmetic); also a counter of bytes, and the serial loop NVRTC unrolls
+by four (its exit a view of the counter, its remainder loop a counter from -(n & 3)); what the saturated word
+cannot answer is refused by name."""
 from __future__ import annotations
 
 import numpy as np
