@@ -50,10 +50,10 @@ class ArithmeticOps:
             v = value.value
             return "u" if v < (1 << 31) else ("u" if v < (1 << 32) else ("s" if v >= (1 << 64) - (1 << 31) else None))
         # A 64-bit register's thread-index value is its value (a widening keeps one only where it is: transfer)
-        ends = [value.coef * t + value.offset for t in (0, self.context.threads - 1)]
-        if 0 <= min(ends) and max(ends) < (1 << 32):
+        least, greatest = value.bounds(self.context.threads)
+        if 0 <= least and greatest < (1 << 32):
             return "u"
-        return "s" if -(1 << 31) <= min(ends) and max(ends) < (1 << 31) else None
+        return "s" if -(1 << 31) <= least and greatest < (1 << 31) else None
 
     def _written_extension(self, inst: Instruction, read, seen: frozenset) -> str | None:
         """``_extension`` of the value one instruction writes, from what it is (``seen``: the registers followed)."""
@@ -185,7 +185,7 @@ class ArithmeticOps:
         if isinstance(value, Const):
             top = value.value
         elif isinstance(value, Affine):
-            top = max(value.coef * t + value.offset for t in (0, self.context.threads - 1))
+            top = value.bounds(self.context.threads)[1]
         else:
             top = None
         if top is None or not 0 <= top < MASK32:
@@ -239,12 +239,9 @@ class ArithmeticOps:
 
     def _op_add(self, read, dst):
         if id(self.inst) in self.counters.steps:
-            self._counted_add(read, dst)
+            self._saturating_add(self.src(read, 0), self.src(read, 1), dst)
             return
         self._binary(read, dst, "add")
-
-    def _counted_add(self, read, dst) -> None:
-        self._saturating_add(self.src(read, 0), self.src(read, 1), dst)
 
     def _saturating_add(self, a: tuple, b: tuple, dst: str) -> None:
         """A 64-bit counter's step (lowering.counters): the sum of two words, or 2^32 - 1 where it carries, so

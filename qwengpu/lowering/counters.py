@@ -41,8 +41,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ptx import Instruction, Mem, Reg
+from ..ptx import Instruction, Reg
 from .cfg import BasicBlock
+from .transfer import registers_read
 from .values import destination, width
 
 # setp's comparison and the counter's side -> the predicate's value that says "the counter is at most the other
@@ -79,18 +80,6 @@ class Counters:
         self.saturated = {key: name for key, name in self.saturated.items() if name != register}
         self.views = {d: (r, x) for d, (r, x) in self.views.items() if r != register}
         self.compared.discard(register)
-
-
-def reads(inst: Instruction) -> set[str]:
-    """The registers an instruction reads: its value operands and the bases of its memory operands."""
-    first = 1 if destination(inst) is not None else 0
-    names = set()
-    for operand in inst.operands[first:]:
-        if isinstance(operand, Mem):
-            operand = operand.base
-        if isinstance(operand, Reg):
-            names.add(operand.name)
-    return names
 
 
 def is_step(inst: Instruction) -> bool:
@@ -153,7 +142,7 @@ def _reads_by_register(blocks: list[BasicBlock]) -> dict[str, list[tuple[int, in
     found: dict[str, list] = {}
     for block in blocks:
         for position, inst in enumerate(block.body):
-            for name in reads(inst):
+            for name in registers_read(inst):
                 found.setdefault(name, []).append((block.index, position, inst))
     return found
 
@@ -193,7 +182,7 @@ def _compared_only(blocks: list[BasicBlock], counters: Counters) -> set[str]:
     compared = set(counters.registers)
     for block in blocks:
         for inst in block.body:
-            for register in reads(inst) & compared:
+            for register in registers_read(inst) & compared:
                 others = [o for o in inst.operands[1:] if not (isinstance(o, Reg) and o.name == register)]
                 if id(inst) in counters.steps and destination(inst) == register and len(others) == 1:
                     ok = not (isinstance(others[0], Reg) and others[0].name in counters.registers)
@@ -219,10 +208,10 @@ def _read_unbounded(blocks: list[BasicBlock], counters: Counters) -> dict[str, I
         facts: dict[str, frozenset] = {}
         block = blocks[index]
         for inst in block.body:
-            for register in reads(inst) & unbounded:
+            for register in registers_read(inst) & unbounded:
                 if id(inst) in counters.steps or destination(inst) in counters.views:
                     continue        # a step's sum saturates with its operand; a view is compared only
-                if bound(inst, register) is None or len(reads(inst) & unbounded) > 1:
+                if bound(inst, register) is None or len(registers_read(inst) & unbounded) > 1:
                     failed.setdefault(register, inst)
                 else:
                     counters.saturated[id(inst)] = register
@@ -254,7 +243,7 @@ def _predicate_facts(inst: Instruction, counters: Counters, facts: dict) -> froz
     ``i >= n || i >= m``: or.pred; not.pred; mov.pred)."""
     if inst.base == "setp":
         made = {(r, below) for r in counters.registers if (below := bound(inst, r)) is not None}
-        made |= {(counters.views[d][0], below) for d in reads(inst) & set(counters.views)
+        made |= {(counters.views[d][0], below) for d in registers_read(inst) & set(counters.views)
                  if (below := bound(inst, d)) is not None}
         return frozenset(made)
     if "pred" not in inst.modifiers:

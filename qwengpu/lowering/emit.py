@@ -37,7 +37,7 @@ from .memory import MemoryOps
 from .mop import MOp
 from .pointers import address_registers
 from .predicates import FALSE, TRUE, Predicate
-from .transfer import evaluate, guard_value, make_reader, sources, step
+from .transfer import evaluate, guard_value, make_reader, registers_read, sources, step
 from .values import (DYNAMIC, LANE_SPECIAL, MASK32, SPECIAL, THREAD_INDEX, Affine, Const, Context, destination,
                      unsupported, width)
 from .warp import WarpOps
@@ -236,11 +236,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         names = set()
         for block in self.blocks:
             for inst in block.body + ([block.terminator] if block.terminator else []):
-                first = 1 if destination(inst) else 0
-                for operand in list(inst.operands[first:]) + [inst.guard]:
-                    reg = operand.base if isinstance(operand, Mem) else operand
-                    if isinstance(reg, Reg):
-                        names.add(reg.name)
+                names |= registers_read(inst)
         return names
 
     def temp(self) -> str:

@@ -16,7 +16,7 @@ Example::
 from __future__ import annotations
 
 from ..isa import MachineError
-from ..ptx import Instruction, Mem
+from ..ptx import Instruction, Mem, Reg
 from .floats import is_float_type
 from .semantics import bits_of, fold, types
 from .values import (DYNAMIC, MASK32, MASK64, Affine, Const, Context, destination, join, make_reader,
@@ -36,6 +36,18 @@ def sources(inst: Instruction) -> list:
     ops = inst.operands
     first = 1 if destination(inst) is not None else 0
     return [o for o in ops[first:] if not isinstance(o, Mem)]
+
+
+def registers_read(inst: Instruction) -> set[str]:
+    """The registers an instruction reads: its value operands, the bases of its memory operands and its guard."""
+    first = 1 if destination(inst) is not None else 0
+    names = set()
+    for operand in list(inst.operands[first:]) + [inst.guard]:
+        if isinstance(operand, Mem):
+            operand = operand.base
+        if isinstance(operand, Reg):
+            names.add(operand.name)
+    return names
 
 
 def check_integer(inst: Instruction) -> None:
@@ -84,15 +96,15 @@ def _affine(op: str, a, b):
     return None
 
 
-def _widened(value: Affine, is_signed: bool, context: Context):
+def _widened_index(value: Affine, is_signed: bool, context: Context):
     """A 32-bit thread-index value widened to 64 bits: the word each thread holds (its value mod 2^32), zero- or
     sign-extended. Where every thread's word lies in one window of 2^32 values (``tid``: [0, 2^32); ``tid - 1``
     sign-extended: [-2^31, 2^31)) that is the value moved by a multiple of 2^32, still affine; ``(unsigned)(tid -
     1)`` zero-extended is 2^32 - 1 on thread 0 and 0 on thread 1: not affine."""
-    ends = [value.coef * t + value.offset for t in (0, context.threads - 1)]
+    least, greatest = value.bounds(context.threads)
     low = -(1 << 31) if is_signed else 0
-    window = (min(ends) - low) >> 32
-    if (max(ends) - low) >> 32 != window:
+    window = (least - low) >> 32
+    if (greatest - low) >> 32 != window:
         return DYNAMIC
     return Affine(value.coef, value.offset - (window << 32))
 
@@ -109,8 +121,7 @@ def _decided_by_range(inst: Instruction, a, b, context: Context):
     bits = width(inst)
     if not (isinstance(a, Affine) and isinstance(b, Const)):
         return DYNAMIC
-    ends = [a.coef * t + a.offset for t in (0, context.threads - 1)]
-    lo, hi = min(ends), max(ends)
+    lo, hi = a.bounds(context.threads)
     if lo < -(1 << 31) or hi >= (1 << 31) or hi - lo > 4096:
         return DYNAMIC
     mask = MASK64 if bits > 32 else MASK32
@@ -148,13 +159,13 @@ def evaluate(inst: Instruction, read, context: Context):
         if typed[0][1:] == typed[1][1:]:
             return values[0]
         if bits_of(typed[0]) == 64 and bits_of(typed[1]) == 32:
-            return _widened(values[0], typed[1].startswith("s"), context)
+            return _widened_index(values[0], typed[1].startswith("s"), context)
     if base in ("add", "sub", "shl") and len(values) == 2:
         result = _affine(base, values[0], values[1])
         return DYNAMIC if result is None else result
     if base in ("mul", "mad") and "wide" in mods and len(values) >= 2:
         # a wide product multiplies the two words as 32-bit values (zero- or sign-extended), each thread's own
-        values = [_widened(v, signed(inst), context) if isinstance(v, Affine) else
+        values = [_widened_index(v, signed(inst), context) if isinstance(v, Affine) else
                   Const(signed_value(v.value, 32) if signed(inst) else v.value & MASK32) if isinstance(v, Const)
                   else v for v in values[:2]] + values[2:]
         if DYNAMIC in values[:2]:

@@ -31,6 +31,11 @@ class Affine:
     coef: int
     offset: int
 
+    def bounds(self, threads: int) -> tuple[int, int]:
+        """The least and the greatest value over threads 0 .. threads - 1."""
+        ends = (self.offset, self.coef * (threads - 1) + self.offset)
+        return min(ends), max(ends)
+
 
 DYNAMIC = "dynamic"     # computed by the machine
 
