@@ -147,16 +147,24 @@ class Kernel:
                             ("scale", ctypes.c_int)]
             dev.launch(dev.load_kernel(src, "scale"), threads=8, args=[Args(y, x, 8, 3)])
         """
-        params = self.ptx.params if self.ptx is not None else []
+        if self.ptx is None:
+            return tuple(_integer(value, "kernel argument") for value in args)
+        params = self.ptx.params
+        if len(args) != len(params):       # before the lowering, which may refuse the kernel for another reason
+            raise MachineError(f"kernel {self.name} takes {len(params)} argument{'s' * (len(params) != 1)} "
+                               f"({', '.join(_parameter(p) for p in params) or 'none'}), got {len(args)}")
         words = []
-        for i, value in enumerate(args):
-            param = params[i] if i < len(params) else None
-            if param is not None and param.type == "f32":
-                words.append(_float32_bits(value, f"kernel {self.name} argument {param.name} (float)"))
-            elif param is not None and param.size is not None:
-                words.append(_struct_bytes(value, param.size, f"kernel {self.name} argument {param.name}"))
+        for i, (param, value) in enumerate(zip(params, args)):
+            what = f"kernel {self.name} argument {i + 1} ({_parameter(param)})"
+            if param.type == "f32":
+                words.append(_float32_bits(value, what))
+            elif param.size is not None:
+                words.append(_struct_bytes(value, param.size, what))
+            elif param.type == "f64":
+                raise MachineError(f"kernel {self.name} argument {i + 1} is a double: the machine has no double arithmetic (a double is 64 "
+                                   "bits, which its words do not hold); declare the parameter float")
             else:
-                words.append(_integer(value, "kernel argument"))
+                words.append(_integer(value, what))
         return tuple(words)
 
     def get_global(self, name: str) -> int:
@@ -294,7 +302,9 @@ class Device:
         self.rebases += 1
 
     def write(self, address: int, words) -> None:
-        """Host -> device copy, fed as write records (MEM a, VAL lo, VAL hi), one per word. Words outside every
+        """Host -> device copy, fed as write records (MEM a, VAL lo, VAL hi), one per word: an integer array's
+        elements are the words' values, a float32 array's their bits; an array of several dimensions is written in C
+        order (a matrix row after row, ``M[i, j]`` at ``address + i * cols + j``). Words outside every
         allocation may be written (a fixed address), but a launch whose block state would cover them is refused
         (``_check_reserved``)."""
         data = _words(words)
@@ -744,6 +754,14 @@ def _entry(module, name: str) -> str:
     raise MachineError(f"kernel {name!r} is not in the module (it has {sorted(entries)})")
 
 
+def _parameter(param) -> str:
+    """A kernel parameter as a user knows it: its C type, from PTX's (the name is the compiler's)."""
+    if param.size is not None:
+        return f"a struct of {param.size} bytes"
+    return {"f32": "float", "f64": "double", "u64": "a pointer or a 64-bit integer", "s64": "a 64-bit integer",
+            "b64": "a pointer or a 64-bit integer"}.get(param.type, f"{'an' if param.type[1:] == '8' else 'a'} {param.type[1:]}-bit integer")
+
+
 def _integer(value, what: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise MachineError(f"{what} must be an integer, got {value!r}")
@@ -808,8 +826,9 @@ def _words(words) -> np.ndarray:
     elif data.dtype.kind == "f":
         raise MachineError(f"device words are 32-bit: a {data.dtype} array is not written (pass float32, "
                            "np.asarray(x, dtype=np.float32), whose bits are the words)")
-    if data.ndim != 1 or data.dtype.kind not in "iu":
-        raise MachineError(f"device words are a 1-d integer array, got shape {data.shape} dtype {data.dtype}")
+    if data.ndim == 0 or data.dtype.kind not in "iu":
+        raise MachineError(f"device words are an integer or float32 array, got shape {data.shape} dtype {data.dtype}")
+    data = data.reshape(-1)             # a matrix is its rows one after another (C order), as cudaMemcpy copies it
     if data.dtype.itemsize > 4 and len(data) and (data.min() < -(1 << 31) or data.max() >= (1 << 32)):
         raise MachineError("device words are 32-bit: a value is outside -2**31..2**32-1")
     return data.astype(np.int64) & 0xFFFFFFFF

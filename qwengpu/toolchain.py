@@ -188,8 +188,11 @@ def _compile(source: str, name: str, arch: str, expressions: tuple[str, ...],
     try:
         for expression in expressions:
             _check(lib, lib.nvrtcAddNameExpression(prog, expression.encode()), f"name expression {expression!r}")
+        # nvcc includes <cuda_runtime.h> (and through it math.h, limits.h, stdio.h) before every .cu file: its
+        # stand-in is pre-included, so a file nvcc compiles using INFINITY or INT_MAX without an #include compiles.
         opts = [f"--gpu-architecture={arch}".encode(), b"-default-device", b"--fmad=false",
-                f"--include-path={INCLUDE}".encode()] + ([b"--generate-line-info"] if line_info else [])
+                f"--include-path={INCLUDE}".encode(), b"--pre-include=cuda_runtime.h"] + (
+                    [b"--generate-line-info"] if line_info else [])
         arr = (ctypes.c_char_p * len(opts))(*opts)
         rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
         if rc != 0:

@@ -181,6 +181,38 @@ def test_launch_argument_errors():
     assert dev.tokens == [] and dev.stats["launches"] == 0
 
 
+def test_a_call_with_the_wrong_arguments_is_named_before_the_kernel_is_lowered():
+    """The count and the types are checked first, by the kernel's source name (not the compiler's _Z12scale...):
+    a kernel the lowering would refuse for its double still says the call is wrong, and a double parameter says
+    what to write instead of which instruction is missing."""
+    dev = Device()
+    source = "__global__ void scale(double *x, double a, int n) { if (threadIdx.x < n) x[threadIdx.x] *= a; }"
+    kernel = dev.load_kernel(source, "scale")
+    with pytest.raises(MachineError, match=r"kernel scale takes 3 arguments \(a pointer or a 64-bit integer, "
+                                           r"double, a 32-bit integer\), got 2"):
+        dev.launch(kernel, threads=4, args=[0, 2.0])
+    with pytest.raises(MachineError, match="kernel scale argument 2 is a double: .* declare the parameter float"):
+        dev.launch(kernel, threads=4, args=[0, 2.0, 4])
+    assert dev.tokens == []
+
+
+def test_an_array_of_several_dimensions_is_written_in_c_order():
+    """As cudaMemcpy copies a C-contiguous array: a matrix's rows one after another; a transposed view is copied
+    as the matrix it shows."""
+    dev = Device()
+    m = np.arange(6, dtype=np.int32).reshape(2, 3) - 2
+    p = dev.alloc(6)
+    dev.write(p, m)
+    assert dev.read(p, 6).tolist() == [-2, -1, 0, 1, 2, 3]
+    dev.write(p, m.T)
+    assert dev.read(p, 6).tolist() == [-2, 1, -1, 2, 0, 3]
+    f = np.float32([[1.5, -0.0], [np.inf, 3.25]])
+    dev.write(p, f)
+    assert dev.read(p, 4).view(np.float32).tobytes() == f.tobytes()
+    with pytest.raises(MachineError, match=r"integer or float32 array, got shape \(\) dtype int64"):
+        dev.write(p, np.int64(3))
+
+
 def test_memory_limits():
     dev = Device()
     with pytest.raises(MachineError, match=r"1\.\.127"):

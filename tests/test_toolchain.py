@@ -125,34 +125,67 @@ FLOATS = ["FLT_MAX", "FLT_MIN", "FLT_EPSILON", "FLT_TRUE_MIN", "INFINITY", "-INF
 CONSTANTS = [("int", c) for c in INTS] + [("float", c) for c in FLOATS]
 
 
-@needs_nvrtc
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc (the reference for the C library's constants) is absent")
-def test_standard_headers_a_kernel_includes_give_the_host_s_values(tmp_path):
-    """#include <cstdio>, <cstdint>, <climits>, <cfloat>, <cmath>, <cassert>, <cuda_runtime.h> compile (NVRTC ships
-    no headers: qwengpu/include stands in), and each constant's word equals what gcc's headers make of it."""
+# nvcc includes <cuda_runtime.h> before every .cu file, and through it the host's <math.h> and <limits.h>: these
+# compile there without an #include (FLT_MAX and the <stdint.h> types do not).
+IMPLICIT = [("int", c) for c in ("INT_MAX", "INT_MIN", "UINT_MAX", "SHRT_MIN", "UCHAR_MAX", "CHAR_BIT",
+                                 "(int)(LLONG_MAX >> 40)", "(int)(ULLONG_MAX >> 33)")] + \
+    [("float", c) for c in ("INFINITY", "-INFINITY", "HUGE_VALF", "(float)M_PI", "(float)M_SQRT2", "(float)M_E")]
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None,
+                               reason="gcc (the reference for the C library's constants) is absent")
+
+
+def _constants_on_the_machine_and_gcc(tmp_path, includes: str, constants) -> tuple[dict, dict]:
+    """Each constant's word as the machine stores it (the kernel compiled after ``includes``) and as gcc's headers
+    make it."""
     import subprocess
 
     import numpy as np
 
     from qwengpu.device import Device
-    stores = "\n".join(f"    {{ {kind} v = {c}; memcpy(&y[{i}], &v, 4); }}" for i, (kind, c) in enumerate(CONSTANTS))
+    stores = "\n".join(f"    {{ {kind} v = {c}; memcpy(&y[{i}], &v, 4); }}" for i, (kind, c) in enumerate(constants))
     body = f"void constants(unsigned *y) {{\n{stores}\n}}\n"
-    includes = "".join(f"#include <{h}>\n" for h in ("cstdio", "cstdint", "climits", "cfloat", "cmath", "cassert",
-                                                     "cuda_runtime.h", "stdint.h", "limits.h", "float.h", "math.h"))
     kernel = includes + 'extern "C" __global__ ' + body
     dev = Device()
-    y = dev.alloc(len(CONSTANTS))
+    y = dev.alloc(len(constants))
     dev.launch(dev.load_kernel(kernel, "constants"), threads=1, args=[y])
     c_source = tmp_path / "constants.c"
     c_source.write_text("#define _GNU_SOURCE\n#include <stdio.h>\n#include <string.h>\n#include <stdint.h>\n"
                         "#include <limits.h>\n#include <float.h>\n#include <math.h>\n" + body +
-                        f"int main(void) {{ unsigned y[{len(CONSTANTS)}]; constants(y);\n"
-                        f"  for (int i = 0; i < {len(CONSTANTS)}; i++) printf(\"%u\\n\", y[i]); return 0; }}\n")
+                        f"int main(void) {{ unsigned y[{len(constants)}]; constants(y);\n"
+                        f"  for (int i = 0; i < {len(constants)}; i++) printf(\"%u\\n\", y[i]); return 0; }}\n")
     subprocess.run(["gcc", "-o", str(tmp_path / "constants"), str(c_source), "-lm"], check=True, timeout=120)
     host = subprocess.run([str(tmp_path / "constants")], check=True, capture_output=True, text=True).stdout.split()
-    machine = dev.read(y, len(CONSTANTS)).view(np.uint32)
-    assert len(host) == len(CONSTANTS)
-    assert {c: int(w) for (_, c), w in zip(CONSTANTS, machine)} == {c: int(w) for (_, c), w in zip(CONSTANTS, host)}
+    machine = dev.read(y, len(constants)).view(np.uint32)
+    assert len(host) == len(constants)
+    return ({c: int(w) for (_, c), w in zip(constants, machine)}, {c: int(w) for (_, c), w in zip(constants, host)})
+
+
+@needs_nvrtc
+@needs_gcc
+def test_standard_headers_a_kernel_includes_give_the_host_s_values(tmp_path):
+    """#include <cstdio>, <cstdint>, <climits>, <cfloat>, <cmath>, <cassert>, <cuda_runtime.h> compile (NVRTC ships
+    no headers: qwengpu/include stands in), and each constant's word equals what gcc's headers make of it."""
+    includes = "".join(f"#include <{h}>\n" for h in ("cstdio", "cstdint", "climits", "cfloat", "cmath", "cassert",
+                                                     "cuda_runtime.h", "stdint.h", "limits.h", "float.h", "math.h"))
+    machine, host = _constants_on_the_machine_and_gcc(tmp_path, includes, CONSTANTS)
+    assert machine == host
+
+
+@needs_nvrtc
+@needs_gcc
+def test_a_file_without_includes_has_what_nvcc_s_implicit_cuda_runtime_gives(tmp_path):
+    """A kernel file nvcc compiles with no #include (INFINITY, M_PI, INT_MAX: nvcc's <cuda_runtime.h> before it)
+    compiles here too, with gcc's values; with nvcc on PATH, to the same PTX."""
+    machine, host = _constants_on_the_machine_and_gcc(tmp_path, "", IMPLICIT)
+    assert machine == host
+    source = 'extern "C" __global__ void k(float *y, int *n) { y[0] = -INFINITY; y[1] = M_PI; n[0] = INT_MIN; ' \
+             'if (n[1] > UCHAR_MAX) printf("%d\\n", n[1]); }\n'
+    ptx = compile_cuda(source, "implicit.cu")
+    assert "__assertfail" in compile_cuda(source.replace("}\n", "assert(n[2] != 0); }\n"), "implicit.cu")
+    if shutil.which("nvcc") is not None:
+        cu = tmp_path / "implicit.cu"
+        cu.write_text(source)
+        assert ptx == compile_with_nvcc(cu)
 
 
 @needs_nvrtc

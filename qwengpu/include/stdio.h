@@ -1,3 +1,3 @@
-/* qwengpu's stand-in for <stdio.h> under NVRTC: printf is its built-in (the machine refuses the call:
- * it has no console). */
+/* qwengpu's stand-in for <stdio.h> under NVRTC: printf is its built-in (qwengpu.lowering.console runs it: the
+ * launch's lines go to standard output and Device.printed). */
 #pragma once
