@@ -155,7 +155,7 @@ class Kernel:
                                f"({', '.join(_parameter(p) for p in params) or 'none'}), got {len(args)}")
         words = []
         for i, (param, value) in enumerate(zip(params, args)):
-            what = f"kernel {self.name} argument {i + 1} ({_parameter(param)})"
+            what = f"kernel {self.name} argument {i + 1}" + (f" ({_parameter(param)})" if param.size is None else "")
             if param.type == "f32":
                 words.append(_float32_bits(value, what))
             elif param.size is not None:

@@ -556,9 +556,9 @@ def test_a_struct_beside_scalars_with_its_pointer_after_an_int():
 def test_struct_arguments_are_checked():
     dev = Device()
     k = kernel(dev, "structs.cu", "scale")
-    with pytest.raises(MachineError, match=r"scale_param_0 is a struct of 24 bytes: pass its bytes"):
+    with pytest.raises(MachineError, match=r"scale argument 1 is a struct of 24 bytes: pass its bytes"):
         dev.launch(k, threads=4, args=[5])
-    with pytest.raises(MachineError, match=r"scale_param_0 is a struct of 24 bytes, got 16 bytes"):
+    with pytest.raises(MachineError, match=r"scale argument 1 is a struct of 24 bytes, got 16 bytes"):
         dev.launch(k, threads=4, args=[bytes(16)])
     with pytest.raises(MachineError, match=r"the pointer at byte 8 is 500, not a device word address 0\.\.127"):
         dev.launch(k, threads=4, args=[Scale(0, 500, 4, 1)])

@@ -55,6 +55,25 @@ class ArithmeticOps:
             return "u"
         return "s" if -(1 << 31) <= least and greatest < (1 << 31) else None
 
+    def _alike(self, read) -> str | None:
+        """The extension ("u" / "s") the two sources of a 64-bit compare, min or max share, so that the 32-bit op
+        on their low words gives its answer: a value known at launch takes either that it fits (5 is both: an int
+        index compared with a ``long`` size, ``while (i < size)``, reads a sign-extended word and a constant)."""
+        def fitting(operand) -> set:
+            value = read(operand)
+            if isinstance(value, Const):
+                v = value.value
+                return {k for k, fits in (("u", v < (1 << 32)), ("s", v < (1 << 31) or v >= (1 << 64) - (1 << 31)))
+                        if fits}
+            if isinstance(value, Affine):
+                least, greatest = value.bounds(self.context.threads)
+                return {k for k, fits in (("u", 0 <= least and greatest < (1 << 32)),
+                                          ("s", -(1 << 31) <= least and greatest < (1 << 31))) if fits}
+            return {self._extension(read, operand)} - {None}
+        first, second = (fitting(o) for o in sources(self.inst)[:2])
+        common = first & second
+        return "u" if "u" in common else ("s" if common else None)
+
     def _written_extension(self, inst: Instruction, read, seen: frozenset) -> str | None:
         """``_extension`` of the value one instruction writes, from what it is (``seen``: the registers followed)."""
         typed = types(inst)
@@ -291,6 +310,14 @@ class ArithmeticOps:
             return
         inst = self.inst
         amount = read(sources(inst)[1])
+        high = self._joined_high(read)
+        if high is not None:
+            # ``(u64)lo | (u64)hi << 32`` (two words joined: NVRTC's, and a 64-bit load's: lowering.wide_memory)
+            # shifted right by 32 or more: its high word, hi, shifted by the rest
+            n = amount.value - 32
+            self.op("a" if n == 0 else "shr_s" if signed(inst) else "shr_u", high, *([(None, n)] if n else []),
+                    dst=dst)
+            return
         if width(inst) == 64 and isinstance(amount, Const):
             # A 64-bit right shift of a word zero- or sign-extended (``ld.global.u32 %rd`` then ``>> 3``): the
             # 32-bit shift of its low word.
@@ -340,6 +367,54 @@ class ArithmeticOps:
                 return None
         return bits
 
+    def _joined_high(self, read) -> tuple | None:
+        """The word hi (an operand), where a 64-bit right shift by 32..63 reads two words joined: ``(u64)lo |
+        (u64)hi << 32`` (its ``or``, ``shl`` and the ``cvt`` of hi each the one definition of its register,
+        unguarded, in that order in one basic block, so the register still holds the hi that was joined) or NVRTC's
+        ``bfi.b64 d, hi, lo, 32, 32`` (hi defined once, before it in its block); None otherwise."""
+        inst = self.inst
+        source, amount = sources(inst)[0], read(sources(inst)[1])
+        if width(inst) != 64 or not isinstance(amount, Const) or not 32 <= amount.value < 64:
+            return None
+
+        def single(operand, base: str) -> Instruction | None:
+            definitions = self.definitions.get(operand.name, []) if isinstance(operand, Reg) else []
+            ok = len(definitions) == 1 and definitions[0].base == base and definitions[0].guard is None
+            return definitions[0] if ok else None
+
+        def in_order(*definitions) -> bool:
+            """Each definition before the next in one basic block."""
+            block = next(b.body for b in self.blocks if any(i is definitions[-1] for i in b.body))
+            order = [next((k for k, i in enumerate(block) if i is d), None) for d in definitions]
+            return None not in order and order == sorted(order)
+        insert = single(source, "bfi")        # NVRTC's join: bfi.b64 d, hi, lo, 32, 32
+        if insert is not None and width(insert) == 64 and [read(o) for o in sources(insert)[2:4]] == [Const(32)] * 2:
+            # the field's low word is the high word, wherever the register still holds it
+            field = sources(insert)[0]
+            definitions = self.definitions.get(field.name, []) if isinstance(field, Reg) else []
+            if isinstance(field, Imm) or len(definitions) == 1 and in_order(definitions[0], insert):
+                self.inst = insert
+                word = self.src(read, 0)
+                self.inst = inst
+                return word
+        join = single(source, "or")
+        if join is None or width(join) != 64:
+            return None
+        for shifted, low in (sources(join)[:2], sources(join)[1::-1]):
+            shift = single(shifted, "shl")
+            if shift is None or width(shift) != 64 or read(sources(shift)[1]) != Const(32):
+                continue
+            widen = single(sources(shift)[0], "cvt")
+            if widen is None or types(widen) != ["u64", "u32"] or self._extension(read, low) != "u":
+                continue
+            if not in_order(widen, shift, join):
+                continue
+            self.inst = shift           # the register the cvt wrote: its word is hi
+            word = self.src(read, 0)
+            self.inst = inst
+            return word
+        return None
+
     def _wide_product(self, read) -> Instruction | None:
         """The ``mul.wide`` of two 32-bit values that a 64-bit right shift by 32..63 reads the high word of, when
         its factors still hold (registers defined once, as NVRTC writes them); None otherwise."""
@@ -387,9 +462,9 @@ class ArithmeticOps:
         inst = self.inst
         kind = "s" if signed(inst) else "u"
         if width(inst) > 32:
-            kinds = {self._extension(read, o) for o in sources(inst)[:2]}
-            if kinds == {"u"} or kinds == {"s"}:
-                kind = "u" if kinds == {"u"} else kind
+            alike = self._alike(read)
+            if alike is not None:
+                kind = "u" if alike == "u" else kind
                 self.op(f"{name}_{kind}", self.src(read, 0), self.src(read, 1), dst=dst)
                 return
         self._binary(read, dst, f"{name}_{kind}", extend=True)
@@ -584,10 +659,10 @@ class ArithmeticOps:
                 self.op(cmp, self.src(read, index), (None, word), dst=dst)
                 return
             self._check_saturated(read)
-            kinds = {self._extension(read, o) for o in sources(inst)[:2]}
-            if kinds == {"u"} or kinds == {"s"}:
+            alike = self._alike(read)
+            if alike is not None:
                 bits = 32
-                unsigned_cmp = unsigned_cmp or kinds == {"u"}
+                unsigned_cmp = unsigned_cmp or alike == "u"
         self._need_fits(bits)
         op = cmp if cmp in ("eq", "ne") else f"{cmp}_{'u' if unsigned_cmp else 's'}"
         is_signed = not unsigned_cmp and cmp not in ("eq", "ne")

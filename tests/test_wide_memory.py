@@ -1,0 +1,192 @@
+"""64-bit integers in memory (qwengpu.lowering.wide_memory): ``long long`` / ``size_t`` / ``uint64_t`` arrays as two
+words each, low word first, checked against numpy's int64 / uint64 (a GPU's little-endian layout and 64-bit
+arithmetic); ``atomicAdd`` on an ``unsigned long long`` across the low word's carry; and what the machine cannot
+keep (the carry of a loaded value's add, a 64-bit atomic's old value, pointers) refused by name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qwengpu import Device, MachineError, toolchain
+
+pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
+                                reason="NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
+
+SOURCE = r"""
+extern "C" __global__ void index_minus(long long *x, int n, int k)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = i - k;
+}
+
+extern "C" __global__ void products(const int *a, const unsigned *b, long long *p, unsigned long long *q, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        p[i] = (long long)a[i] * a[i + 1];
+        q[i] = (unsigned long long)b[i] * b[i + 1];
+    }
+}
+
+extern "C" __global__ void copy_and_split(const unsigned long long *x, unsigned long long *y, int *low,
+                                          unsigned *top, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned long long v = x[i];
+        y[n - 1 - i] = v;
+        low[i] = (int)v;
+        top[i] = (unsigned)(v >> 40);
+    }
+}
+
+extern "C" __global__ void join_words(const unsigned *w, unsigned long long *out)
+{
+    out[threadIdx.x] = ((unsigned long long)w[2 * threadIdx.x + 1] << 32) | w[2 * threadIdx.x];
+}
+
+extern "C" __global__ void count_even(const int *x, unsigned long long *count, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && x[i] % 2 == 0) atomicAdd(count, 1ULL);
+}
+
+extern "C" __global__ void sum_widened(const int *x, unsigned long long *sum, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicAdd(sum, (unsigned long long)(long long)x[i]);
+}
+
+extern "C" __global__ void shared_pairs(long long *out)
+{
+    __shared__ long long s[4];
+    s[threadIdx.x] = (long long)threadIdx.x - 2;
+    __syncthreads();
+    out[threadIdx.x] = s[3 - threadIdx.x];
+}
+
+// CUDA by Example's histogram: an int index compared with a long size
+extern "C" __global__ void histo(const unsigned char *buffer, long size, unsigned int *histo)
+{
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    int stride = blockDim.x * gridDim.x;
+    while (i < size) {
+        atomicAdd(&histo[buffer[i] & 7], 1);
+        i += stride;
+    }
+}
+"""
+
+
+def words(dev: Device, p: int, n: int, dtype) -> np.ndarray:
+    """n 64-bit values read back from 2n words."""
+    return dev.read(p, 2 * n).view(dtype)
+
+
+@pytest.mark.parametrize("k", [0, 2, 7])
+def test_a_long_long_array_holds_each_value_in_two_words(k):
+    dev = Device()
+    x = dev.alloc(16)
+    dev.launch(dev.load_kernel(SOURCE, "index_minus"), threads=4, blocks=2, args=[x, 7, k])
+    want = np.zeros(8, np.int64)
+    want[:7] = np.arange(7) - k
+    assert words(dev, x, 8, np.int64).tolist() == want.tolist()
+
+
+def test_products_of_words_are_stored_whole():
+    dev = Device()
+    a = np.array([-70000, 90000, 123456, -1, 5], np.int32)
+    b = np.array([0xFFFFFFFF, 0xFFFFFFFE, 3, 0x80000000, 7], np.uint32)
+    pa, pb, p, q = dev.alloc(5), dev.alloc(5), dev.alloc(8), dev.alloc(8)
+    dev.write(pa, a)
+    dev.write(pb, b)
+    dev.launch(dev.load_kernel(SOURCE, "products"), threads=4, args=[pa, pb, p, q, 4])
+    assert words(dev, p, 4, np.int64).tolist() == (a[:4].astype(np.int64) * a[1:].astype(np.int64)).tolist()
+    assert words(dev, q, 4, np.uint64).tolist() == (b[:4].astype(np.uint64) * b[1:].astype(np.uint64)).tolist()
+
+
+def test_loaded_values_copy_truncate_and_shift():
+    dev = Device()
+    v = np.array([2**64 - 1, 1 << 40, 0x123456789ABCDEF0, 5], np.uint64)
+    x, y, low, top = dev.alloc(8), dev.alloc(8), dev.alloc(4), dev.alloc(4)
+    dev.write(x, v.view(np.uint32))
+    dev.launch(dev.load_kernel(SOURCE, "copy_and_split"), threads=4, args=[x, y, low, top, 4])
+    assert words(dev, y, 4, np.uint64).tolist() == v[::-1].tolist()
+    assert dev.read(low, 4).tolist() == v.astype(np.uint32).view(np.int32).tolist()
+    assert dev.read(top, 4).view(np.uint32).tolist() == (v >> np.uint64(40)).astype(np.uint32).tolist()
+
+
+def test_two_words_joined_by_nvrtc_s_bfi_are_stored_whole():
+    dev = Device()
+    w = (np.arange(8, dtype=np.uint64) * 0x11111111 + 0x80000000).astype(np.uint32)
+    pw, out = dev.alloc(8), dev.alloc(8)
+    dev.write(pw, w)
+    dev.launch(dev.load_kernel(SOURCE, "join_words"), threads=4, args=[pw, out])
+    assert words(dev, out, 4, np.uint64).tolist() == w.view(np.uint64).tolist()
+
+
+@pytest.mark.parametrize("start", [0, 2**32 - 3, 2**64 - 2])
+def test_an_atomic_add_of_a_64_bit_count_carries_into_the_high_word(start):
+    """From 2^32 - 3 the low word wraps on the third add; from 2^64 - 2 the count wraps as a GPU's does."""
+    dev = Device()
+    data = np.arange(10, dtype=np.int32) * 7 + 2
+    x, count = dev.alloc(10), dev.alloc(2)
+    dev.write(x, data)
+    dev.write(count, np.array([start], np.uint64).view(np.uint32))
+    dev.launch(dev.load_kernel(SOURCE, "count_even"), threads=4, blocks=3, args=[x, count, 10])
+    even = int((data % 2 == 0).sum())
+    assert even > 3
+    assert int(words(dev, count, 1, np.uint64)[0]) == (start + even) % 2**64
+
+
+def test_an_atomic_add_of_sign_extended_words_is_their_64_bit_sum():
+    dev = Device()
+    data = np.array([5, -3, 2**31 - 1, -2**31, 7, -1, 100, -100], np.int32)
+    x, total = dev.alloc(8), dev.alloc(2)
+    dev.write(x, data)
+    dev.launch(dev.load_kernel(SOURCE, "sum_widened"), threads=4, blocks=2, args=[x, total, 8])
+    assert int(words(dev, total, 1, np.uint64)[0]) == int(data.astype(np.int64).sum()) % 2**64
+
+
+def test_shared_long_longs():
+    dev = Device()
+    out = dev.alloc(8)
+    dev.launch(dev.load_kernel(SOURCE, "shared_pairs"), threads=4, args=[out])
+    assert words(dev, out, 4, np.int64).tolist() == [1, 0, -1, -2]
+
+
+@pytest.mark.parametrize("size", [0, 5, 21, 24, -1])
+def test_an_int_index_compared_with_a_long_size(size):
+    dev = Device()
+    data = np.random.default_rng(3).integers(0, 256, 24, dtype=np.uint8)
+    buffer, bins = dev.alloc(6), dev.alloc(8)
+    dev.write(buffer, data.view(np.int32))
+    dev.launch(dev.load_kernel(SOURCE, "histo"), threads=4, blocks=2, args=[buffer, size, bins])
+    assert dev.read(bins, 8).tolist() == np.bincount(data[:max(size, 0)] & 7, minlength=8).tolist()
+
+
+REFUSED = r"""
+extern "C" __global__ void increment(long long *x) { x[threadIdx.x] += 1; }
+extern "C" __global__ void old_value(unsigned long long *c, unsigned long long *o) { o[threadIdx.x] = atomicAdd(c, 1ULL); }
+extern "C" __global__ void maximum(unsigned long long *c) { atomicMax(c, (unsigned long long)threadIdx.x); }
+extern "C" __global__ void store_pointer(int **p, int *x) { p[threadIdx.x] = x + threadIdx.x; }
+extern "C" __global__ void load_pointer(int **p) { int *q = p[0]; q[threadIdx.x] = 7; }
+extern "C" __global__ void store_size(unsigned long long *out, unsigned long long n) { out[threadIdx.x] = n + 1; }
+"""
+
+
+@pytest.mark.parametrize("name, args, message", [
+    ("increment", 1, r"a 64-bit shr depends on the high word.*the high word of a 64-bit store \(st.global.u64"),
+    ("old_value", 2, "an atomic add's old value is not supported"),
+    ("maximum", 1, "a 64-bit atomic other than an add is not supported"),
+    ("store_pointer", 2, "computed from a 64-bit kernel parameter, which may be a pointer"),
+    ("load_pointer", 1, "is loaded from memory and used as an address"),
+    ("store_size", 2, "computed from a 64-bit kernel parameter, which may be a pointer"),
+])
+def test_what_two_words_cannot_hold_is_refused_by_name(name, args, message):
+    dev = Device()
+    pointers = [dev.alloc(8) for _ in range(args)]
+    with pytest.raises(MachineError, match=message):
+        dev.launch(dev.load_kernel(REFUSED, name), threads=4,
+                   args=pointers if name != "store_size" else pointers[:1] + [5])
+    assert dev.read(0, 8 * args).tolist() == [0] * 8 * args
