@@ -947,7 +947,7 @@ def test_a_float_of_a_widened_size_t_or_long_long_runs_and_of_a_64_bit_sum_is_re
     assert dev.read(y, 4).astype(np.int32).view(np.float32).tolist() == want.tolist()
     with pytest.raises(MachineError, match=r"\(float\) of a 64-bit integer runs where every write of it widens .*"
                                            r"\n  from kernel\.cu line 11: y\[i\] = \(float\)i;"):
-        dev.launch(dev.load_kernel(WIDENED, "grid"), threads=4, args=[y])
+        dev.launch(dev.load_kernel(WIDENED, "grid"), threads=4, args=[y, 4])
 
 
 @pytest.mark.parametrize("opcode, named", [

@@ -149,14 +149,15 @@ def test_structs_passed_and_returned_by_value():
 
 def test_a_refusal_inside_a_callee_names_the_calls_line():
     source = ('__device__ __noinline__ void add(unsigned long long *s, int v)\n'
-              '{ atomicAdd(s, (unsigned long long)v); }\n'
+              '{ atomicMax(s, (unsigned long long)v); }\n'
               'extern "C" __global__ void k(unsigned long long *s, const int *x)\n'
               '{\n'
               '    add(s, x[threadIdx.x]);\n'
               '}\n')
     dev = Device()
     kernel = dev.load_kernel(source, "k")
-    with pytest.raises(MachineError, match=r"64-bit access.*\n  from kernel\.cu line 5: add\(s, x\[threadIdx\.x\]\);"):
+    with pytest.raises(MachineError, match=r"a 64-bit atomic other than an add.*\n  from kernel\.cu line 5: add\(s, "
+                                           r"x\[threadIdx\.x\]\);"):
         dev.launch(kernel, threads=4, args=[dev.alloc(2), dev.alloc(4)])
 
 

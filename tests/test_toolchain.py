@@ -265,11 +265,11 @@ LOCATED = """extern "C" __global__ void scale(float *y, const float *x, int n)
         y[i] = 0.1 * x[i];
 }
 
-extern "C" __global__ void total(unsigned long long *sum, const int *x)
+extern "C" __global__ void total(unsigned long long *sum, int *x)
 {
     int i = threadIdx.x;
     int v = x[i] * 3;
-    atomicAdd(sum, (unsigned long long)v);
+    x[i] = (int)atomicAdd(sum, (unsigned long long)v);
 }
 """
 
@@ -277,7 +277,7 @@ extern "C" __global__ void total(unsigned long long *sum, const int *x)
 @needs_nvrtc
 def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
     """The double under ``if (i < n)`` (refused where a thread takes its path: qwengpu.lowering.paths) and the
-    64-bit atomic (refused by the lowering, at launch) each name their own source line and its text; the PTX line
+    64-bit atomic's old value (refused by the lowering, at launch) each name their own source line and its text; the PTX line
     stays the error's ``line``. The PTX users compile carries no line information."""
     from qwengpu import Device, MachineError
     dev = Device()
@@ -289,8 +289,8 @@ def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
         dev.launch(dev.load_kernel(LOCATED, "scale"), threads=4, args=[sum_, x, 4])
     assert "f64" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
     kernel = dev.load_kernel(LOCATED, "total")
-    with pytest.raises(MachineError, match=r"64-bit access .*\n  from kernel\.cu line 12: atomicAdd\(sum, \(unsigned "
-                                           r"long long\)v\);$") as refused:
+    with pytest.raises(MachineError, match=r"an atomic add's old value .*\n  from kernel\.cu line 12: x\[i\] = "
+                                           r"\(int\)atomicAdd\(sum, \(unsigned long long\)v\);$") as refused:
         dev.launch(kernel, threads=4, args=[sum_, x])
     assert "atom" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
     path = tmp_path / "reduce.cu"

@@ -10,8 +10,9 @@ The stages, one module each, run in this order:
                                  as stores of the thread's indices (the device stops the launch).
    ``block_votes.rewrite``       __syncthreads_count / _and / _or (bar.red) as an atomic add to a hidden shared
                                  word between two barriers.
-   ``wide_memory.rewrite``       64-bit integer loads, stores and atomic adds as accesses of two words (a load's
-                                 words joined as ``lo | hi << 32``, a store's high word ``v >> 32``).
+   ``pairs.rewrite``             64-bit integer loads, stores and atomic adds as accesses of two words; the values
+                                 loaded, and those computed from them, kept as pairs of words (add with its carry,
+                                 compares of the high words first).
    ``floats.as_integers``        float32 moves, compares, arithmetic and conversions as integer PTX (what is not
                                  built is refused by name there).
 1. ``cfg.layout``                blocks in an order the emitter walks: each loop's blocks together, every other
@@ -48,7 +49,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
-from . import block_votes, console, paths, wide_memory
+from . import block_votes, console, pairs, paths
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
@@ -209,7 +210,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     qwengpu.lowering.overlays)."""
     kernel, formats = console.rewrite(paths.rewrite(kernel))
     kernel = block_votes.rewrite(kernel)
-    kernel = as_integers(wide_memory.rewrite(kernel))
+    kernel = as_integers(pairs.rewrite(kernel))
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
     symbols.update(variable_layout(kernel, variables or {}))

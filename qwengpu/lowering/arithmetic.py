@@ -312,7 +312,7 @@ class ArithmeticOps:
         amount = read(sources(inst)[1])
         high = self._joined_high(read)
         if high is not None:
-            # ``(u64)lo | (u64)hi << 32`` (two words joined: NVRTC's, and a 64-bit load's: lowering.wide_memory)
+            # ``(u64)lo | (u64)hi << 32`` (two words joined: NVRTC's, and a pair read as one value: lowering.pairs)
             # shifted right by 32 or more: its high word, hi, shifted by the rest
             n = amount.value - 32
             self.op("a" if n == 0 else "shr_s" if signed(inst) else "shr_u", high, *([(None, n)] if n else []),

@@ -1,7 +1,8 @@
-"""64-bit integers in memory (qwengpu.lowering.wide_memory): ``long long`` / ``size_t`` / ``uint64_t`` arrays as two
-words each, low word first, checked against numpy's int64 / uint64 (a GPU's little-endian layout and 64-bit
-arithmetic); ``atomicAdd`` on an ``unsigned long long`` across the low word's carry; and what the machine cannot
-keep (the carry of a loaded value's add, a 64-bit atomic's old value, pointers) refused by name."""
+"""64-bit integers in memory and the values computed from them (qwengpu.lowering.pairs): ``long long`` / ``size_t`` /
+``uint64_t`` arrays as two words each, low word first, and loaded values kept as pairs of words through add, sub,
+mul, logic, shifts, compares, min / max; checked against numpy's int64 / uint64 (a GPU's little-endian layout and
+64-bit arithmetic, wrapping as it does); ``atomicAdd`` on an ``unsigned long long`` across the low word's carry; and
+what the machine cannot keep (a 64-bit atomic's old value, pointers in memory) refused by name."""
 from __future__ import annotations
 
 import numpy as np
@@ -165,22 +166,113 @@ def test_an_int_index_compared_with_a_long_size(size):
     assert dev.read(bins, 8).tolist() == np.bincount(data[:max(size, 0)] & 7, minlength=8).tolist()
 
 
-REFUSED = r"""
+PAIRS = r"""
 extern "C" __global__ void increment(long long *x) { x[threadIdx.x] += 1; }
+
+extern "C" __global__ void arithmetic(const long long *x, const unsigned long long *y, long long *out)
+{
+    int i = threadIdx.x;
+    long long a = x[i];
+    unsigned long long b = y[i];
+    out[8 * i + 0] = a * 3 + (long long)b;
+    out[8 * i + 1] = a - (long long)b;
+    out[8 * i + 2] = -a ^ (long long)(b << 7);
+    out[8 * i + 3] = (long long)(b >> 33) | (a >> 13);
+    out[8 * i + 4] = a * (long long)b;
+    out[8 * i + 5] = (a < (long long)b) + 2 * (b < (unsigned long long)a) + 4 * (a == (long long)b) + 8 * (a >= 0);
+    out[8 * i + 6] = max(a, (long long)b) - min(a, (long long)b);
+    out[8 * i + 7] = (a << 40) + (long long)(b >> 63) + (~a & 0xFFFF0000FFFFll);
+}
+
+extern "C" __global__ void serial_sum(const long long *x, long long *out, int n)
+{
+    long long s = 0;
+    for (int i = 0; i < n; i++) s += x[i];
+    out[0] = s;
+    out[1] = s > 0 ? s : -s;
+}
+
+// a loaded 64-bit value as an index, into words and into bytes
+extern "C" __global__ void gather(const long long *index, const int *words, const unsigned char *bytes, int *out)
+{
+    out[threadIdx.x] = words[index[threadIdx.x]] + bytes[index[threadIdx.x] + 1];
+}
+"""
+
+WIDE = np.array([0, 1, -1, 2**32 - 1, -2**32, 2**31, -2**63, 2**63 - 1, 0x123456789A, -987654321987], np.int64)
+
+
+def test_an_increment_of_a_loaded_long_long_carries_into_its_high_word():
+    dev = Device()
+    v = np.array([2**32 - 1, -1, 2**63 - 1, 5], np.int64)
+    x = dev.alloc(8)
+    dev.write(x, v.view(np.uint32))
+    dev.launch(dev.load_kernel(PAIRS, "increment"), threads=4, args=[x])
+    assert words(dev, x, 4, np.int64).tolist() == (v.view(np.uint64) + np.uint64(1)).view(np.int64).tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_loaded_values_computed_as_pairs_equal_numpy_s_int64(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.choice(WIDE, 2)
+    b = rng.choice(WIDE, 2).view(np.uint64)
+    dev = Device()
+    x, y, out = dev.alloc(4), dev.alloc(4), dev.alloc(32)
+    dev.write(x, a.view(np.uint32))
+    dev.write(y, b.view(np.uint32))
+    dev.launch(dev.load_kernel(PAIRS, "arithmetic"), threads=2, args=[x, y, out])
+    got = words(dev, out, 16, np.int64).reshape(2, 8)
+    with np.errstate(over="ignore"):
+        bs = b.view(np.int64)
+        want = np.stack([a * 3 + bs, a - bs, -a ^ (b << np.uint64(7)).view(np.int64),
+                         (b >> np.uint64(33)).view(np.int64) | (a >> 13), a * bs,
+                         (a < bs) + 2 * (b < a.view(np.uint64)) + 4 * (a == bs) + 8 * (a >= 0),
+                         np.maximum(a, bs) - np.minimum(a, bs),
+                         (a << 40) + (b >> np.uint64(63)).view(np.int64) + (~a & 0xFFFF0000FFFF)], axis=1)
+    assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 10])
+def test_a_serial_sum_of_long_longs(n):
+    dev = Device()
+    x, out = dev.alloc(20), dev.alloc(2 * 2)
+    dev.write(x, WIDE.view(np.uint32))
+    dev.launch(dev.load_kernel(PAIRS, "serial_sum"), threads=1, args=[x, out, n])
+    with np.errstate(over="ignore"):
+        total = WIDE[:n].sum(dtype=np.int64)
+    assert words(dev, out, 2, np.int64).tolist() == [total, total if total > 0 else -total]
+
+
+def test_a_loaded_long_long_indexes_words_and_bytes():
+    dev = Device()
+    index = np.array([3, 0, 6, 1], np.int64)
+    data = np.arange(8, dtype=np.int32) * 10
+    raw = np.arange(32, dtype=np.uint8) * 3
+    pi, pw, pb, out = dev.alloc(8), dev.alloc(8), dev.alloc(8), dev.alloc(4)
+    dev.write(pi, index.view(np.uint32))
+    dev.write(pw, data)
+    dev.write(pb, raw.view(np.int32))
+    dev.launch(dev.load_kernel(PAIRS, "gather"), threads=4, args=[pi, pw, pb, out])
+    assert dev.read(out, 4).tolist() == (data[index] + raw[index + 1]).tolist()
+
+
+REFUSED = r"""
 extern "C" __global__ void old_value(unsigned long long *c, unsigned long long *o) { o[threadIdx.x] = atomicAdd(c, 1ULL); }
 extern "C" __global__ void maximum(unsigned long long *c) { atomicMax(c, (unsigned long long)threadIdx.x); }
 extern "C" __global__ void store_pointer(int **p, int *x) { p[threadIdx.x] = x + threadIdx.x; }
 extern "C" __global__ void load_pointer(int **p) { int *q = p[0]; q[threadIdx.x] = 7; }
 extern "C" __global__ void store_size(unsigned long long *out, unsigned long long n) { out[threadIdx.x] = n + 1; }
+// a sum of two products of words: its high word is not known to the lowering, and no value loaded holds it
+extern "C" __global__ void store_sum(long long *out, const int *w) { out[threadIdx.x] = (long long)w[0] * w[1] + w[2]; }
 """
 
 
 @pytest.mark.parametrize("name, args, message", [
-    ("increment", 1, r"a 64-bit shr depends on the high word.*the high word of a 64-bit store \(st.global.u64"),
+    ("store_sum", 2, r"a 64-bit shr depends on the high word.*the high word of a 64-bit store \(st.global.u64"),
     ("old_value", 2, "an atomic add's old value is not supported"),
     ("maximum", 1, "a 64-bit atomic other than an add is not supported"),
     ("store_pointer", 2, "computed from a 64-bit kernel parameter, which may be a pointer"),
-    ("load_pointer", 1, "is loaded from memory and used as an address"),
+    ("load_pointer", 1, "comes from a 64-bit value loaded from memory, not from a pointer argument or an array"),
     ("store_size", 2, "computed from a 64-bit kernel parameter, which may be a pointer"),
 ])
 def test_what_two_words_cannot_hold_is_refused_by_name(name, args, message):

@@ -1,0 +1,396 @@
+"""64-bit integers in memory, and the values computed from them, as pairs of words: ``long long``, ``size_t`` and
+``uint64_t`` arrays (``x[i] += 1``, ``s += x[i]``, ``x[i] < y[i]``), and ``atomicAdd`` on an ``unsigned long long``.
+
+The machine's registers hold a 64-bit value's low word; the lowering knows the high word where it follows from how
+the value was made (a word extended, a product of words, a loop counter: ``arithmetic``'s ``shr`` by 32). A value
+loaded from memory has a high word of its own, so this stage keeps it, and every 64-bit value computed from it, in
+two 32-bit registers: the *pair* of a register, its low and its high word. Memory holds each value as two words, the
+low word first (a GPU's little-endian layout)::
+
+    ld.u64   d, [a]           ld.u32 d.lo, [a];  ld.u32 d.hi, [a+4]
+    add.u64  d, a, b          d.lo = a.lo + b.lo;  d.hi = a.hi + b.hi + (d.lo < a.lo)
+    setp.lt.s64 p, a, b       p = a.hi < b.hi (signed) or a.hi == b.hi and a.lo < b.lo (unsigned)
+    st.u64   [a], v           st.u32 [a], v.lo;  st.u32 [a+4], v.hi
+    atom.add.u64 [a], v       old = atom.add.u32 [a], v.lo;  red.add.u32 [a+4], v.hi + (old + v.lo < old)
+
+- The pairs: every 64-bit register a 64-bit load writes, and every one an instruction of the list below writes from
+  a pair (add, sub, mul.lo, neg, and, or, xor, not, shl / shr by a constant, selp, min, max, mov); each definition of
+  a pair register writes both words (``s = 0`` too: a register of ``cvt`` or a parameter takes its high word as the
+  lowering computes it, ``v >> 32``). Not a pair: a register used as an address (a loaded pointer is refused).
+- A pair read by anything else (an address's offset, a division) is joined into a 64-bit register as NVRTC joins two
+  words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as hi.
+- A store of a value that is no pair writes ``v >> 32`` as its high word: refused, naming the store, where the
+  machine does not hold it. A 64-bit value computed from a 64-bit kernel parameter is not stored: PTX does not tell
+  ``int *x`` from ``size_t n``, and the machine keeps no pointers in memory.
+- An atomic add whose old value is not read adds the low word, then the high word plus the carry of the low add,
+  from the old low word each lane got: in any order of such adds the two words end as the 64-bit sum. A reader
+  between the two sees the low word added and the carry not yet. Other 64-bit atomics, and an add's old value, are
+  refused (the two words are updated one after the other, so no lane could be given both as one value).
+
+Float64 accesses are left to the floats stage, which refuses doubles.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..isa import MachineError
+from ..ptx import Imm, Instruction, Kernel, Label, Mem, Reg
+from .pointers import address_registers
+from .semantics import bits_of, types
+from .transfer import registers_read, sources
+from .values import destination, signed, width
+
+INTEGER = ("u64", "s64", "b64")
+WORD, DOUBLE, PRED = "%__pair_w", "%__pair_d", "%__pair_p"     # the stage's registers: b32, b64, pred
+# Instructions whose 64-bit result, from a pair, is a pair (built word by word below).
+PAIRED = {"mov", "add", "sub", "mul", "neg", "abs", "and", "or", "xor", "not", "shl", "shr", "selp", "min", "max"}
+COMPARES = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+            "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
+
+
+def rewrite(kernel: Kernel) -> Kernel:
+    """The kernel with its 64-bit memory accesses as word accesses and the values loaded by them kept as pairs
+    (itself where it has no 64-bit access)."""
+    if not any(_wide_access(item) for item in kernel.body):
+        return kernel
+    return _Pairs(kernel).run()
+
+
+def _wide_access(item) -> bool:
+    """A 64-bit integer load, store or atomic of memory (not a parameter's)."""
+    return (isinstance(item, Instruction) and item.base in ("ld", "st", "atom", "red") and width(item) == 64
+            and any(m in INTEGER for m in item.modifiers) and "param" not in item.modifiers)
+
+
+class _Pairs:
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.insts = [i for i in kernel.body if isinstance(i, Instruction)]
+        self.addresses = address_registers(kernel.body)
+        self.read = {name for inst in self.insts for name in registers_read(inst)}
+        self.from_parameters = self._from_parameters()
+        self._check_no_loaded_pointer()
+        self.pairs = self._find()
+        self.count = 0
+        self.words = {name: (self.temp(WORD), self.temp(WORD)) for name in sorted(self.pairs)}
+        self.item: Instruction | None = None
+        self.out: list = []
+
+    # -- which registers are pairs ------------------------------------------------------------------------------
+    def wide(self, name: str) -> bool:
+        typ = self.kernel.registers.get(name.rstrip("0123456789")) or self.kernel.registers.get(name, "")
+        return bits_of(typ) == 64
+
+    def _find(self) -> set[str]:
+        """The 64-bit registers loaded from memory, and those computed from them by the instructions of PAIRED."""
+        pairs = {inst.operands[0].name for inst in self.insts if _wide_access(inst) and inst.base == "ld"
+                 and inst.operands[0].name not in self.addresses}
+        changed = True
+        while changed:
+            changed = False
+            for inst in self.insts:
+                dst = destination(inst)
+                if (dst is None or dst in pairs or dst in self.addresses or inst.base not in PAIRED
+                        or not self.wide(dst) or "wide" in inst.modifiers or "hi" in inst.modifiers):
+                    continue
+                if any(getattr(o, "name", None) in pairs for o in sources(inst)):
+                    pairs.add(dst)
+                    changed = True
+        return pairs
+
+    def _check_no_loaded_pointer(self) -> None:
+        """A memory access whose address comes from a 64-bit value loaded and not from a pointer parameter or an
+        array (``int *q = p[0]; q[i] = 7``) is refused: the machine keeps no pointers in memory. A loaded value
+        added to a pointer (``bytes[x[i]]``) is an offset, which runs."""
+        based = {i.operands[0].name for i in self.insts if (i.base == "ld" and "param" in i.modifiers) or (
+            i.base in ("mov", "cvta") and isinstance(i.operands[1], Label))}
+        loaded = {i.operands[0].name for i in self.insts if _wide_access(i) and i.base == "ld"}
+        for found, through in ((based, ("add", "sub", "mov", "cvta", "selp")), (loaded, None)):
+            changed = True
+            while changed:
+                changed = False
+                for inst in self.insts:
+                    dst = destination(inst)
+                    if dst is not None and dst not in found and self.wide(dst) and inst.base != "ld" and (
+                            through is None or inst.base in through) and registers_read(inst) & found:
+                        found.add(dst)
+                        changed = True
+        for inst in self.insts:
+            if inst.base in ("ld", "st", "atom", "red") and "param" not in inst.modifiers:
+                mem = next(o for o in inst.operands if isinstance(o, Mem))
+                name = getattr(mem.base, "name", None)
+                if name in loaded and name not in based:
+                    raise MachineError(f"line {inst.line}: the address {name} comes from a 64-bit value loaded from "
+                                       f"memory, not from a pointer argument or an array: a pointer kept in memory, "
+                                       f"which the machine does not keep: {inst.text}", line=inst.line)
+
+    def _from_parameters(self) -> set[str]:
+        """The 64-bit registers whose value may be computed from a 64-bit kernel parameter (through any instruction
+        with a 64-bit result but a load or an atomic: a loaded value is not computed from its address)."""
+        found = {i.operands[0].name for i in self.insts if i.base == "ld" and "param" in i.modifiers
+                 and width(i) == 64 and isinstance(i.operands[0], Reg)}
+        changed = True
+        while changed:
+            changed = False
+            for inst in self.insts:
+                dst = destination(inst)
+                if dst is not None and dst not in found and width(inst) == 64 and inst.base not in ("ld", "atom") \
+                        and registers_read(inst) & found:
+                    found.add(dst)
+                    changed = True
+        return found
+
+    # -- emission -----------------------------------------------------------------------------------------------
+    def temp(self, prefix: str) -> Reg:
+        self.count += 1
+        return Reg(f"{prefix}{self.count}")
+
+    def emit(self, opcode: str, *operands, why: str = "") -> None:
+        item = self.item
+        self.out.append(Instruction(opcode, operands, item.guard, item.guard_negated, item.line,
+                                    item.text if not why else f"{why} ({item.text})"))
+
+    def op(self, opcode: str, *operands, prefix: str = WORD) -> Reg:
+        """A fresh register written by one instruction."""
+        result = self.temp(prefix)
+        self.emit(opcode, result, *operands)
+        return result
+
+    def halves(self, operand, why: str = "the high word of a 64-bit value") -> tuple:
+        """An operand's low and high words: a pair's registers, an immediate's halves, or of another 64-bit
+        register its word and ``>> 32`` as the lowering computes it (refused, with ``why``, where it does not)."""
+        if isinstance(operand, Imm):
+            bits = operand.value & ((1 << 64) - 1)
+            return Imm(bits & 0xFFFFFFFF), Imm(bits >> 32)
+        if operand.name in self.words:
+            return self.words[operand.name]
+        low = self.op("cvt.u32.u64", operand)
+        shifted = self.temp(DOUBLE)
+        self.emit("shr.u64", shifted, operand, Imm(32), why=why)
+        return low, self.op("cvt.u32.u64", shifted)
+
+    def joined(self, operand):
+        """A pair as one 64-bit register, ``(u64)lo | (u64)hi << 32`` (other operands as they are)."""
+        if not isinstance(operand, Reg) or operand.name not in self.words:
+            return operand
+        lo, hi = self.words[operand.name]
+        low, high = self.op("cvt.u64.u32", lo, prefix=DOUBLE), self.op("cvt.u64.u32", hi, prefix=DOUBLE)
+        shifted = self.op("shl.b64", high, Imm(32), prefix=DOUBLE)
+        return self.op("or.b64", low, shifted, prefix=DOUBLE)
+
+    def run(self) -> Kernel:
+        for item in self.kernel.body:
+            if not isinstance(item, Instruction):
+                self.out.append(item)
+                continue
+            self.item = item
+            dst = destination(item)
+            if dst in self.pairs:
+                self.define(item, self.words[dst])
+            elif _wide_access(item) and item.base == "ld":
+                # a value loaded into an address's register (an offset: bytes[x[i]]): its words joined, whose
+                # low word the address arithmetic reads (a pointer loaded is refused there: it holds a plain value)
+                lo = self.op(f"ld.{self.space(item)}.u32", item.operands[1])
+                hi = self.op(f"ld.{self.space(item)}.u32", _next_word(item.operands[1]))
+                self.words[item.operands[0].name] = (lo, hi)
+                self.emit("mov.b64", item.operands[0], self.joined(item.operands[0]))
+                del self.words[item.operands[0].name]
+            elif _wide_access(item):
+                self.access(item)
+            elif item.base == "setp" and any(getattr(o, "name", None) in self.words for o in sources(item)[:2]):
+                self.compare(item)
+            elif item.base == "cvt" and len(types(item)) == 2 and types(item)[0][0] in "usb" \
+                    and bits_of(types(item)[0]) <= 32 and getattr(item.operands[1], "name", None) in self.words:
+                lo = self.words[item.operands[1].name][0]     # a truncation: the low word, narrowed as PTX says
+                self.emit(f"cvt.{types(item)[0]}.u32" if bits_of(types(item)[0]) < 32 else "mov.b32",
+                          item.operands[0], lo)
+            elif registers_read(item) & set(self.words):
+                operands = tuple(o if isinstance(o, Mem) else self.joined(o) for o in item.operands)
+                first = 1 if dst is not None else 0
+                self.out.append(dataclasses.replace(item, operands=item.operands[:first] + operands[first:]))
+            else:
+                self.out.append(item)
+        registers = {**self.kernel.registers, WORD: "b32", DOUBLE: "b64", PRED: "pred"}
+        return dataclasses.replace(self.kernel, body=self.out, registers=registers)
+
+    def define(self, item: Instruction, words: tuple) -> None:
+        """Both words of a pair register, from one instruction that writes it."""
+        base, ops = item.base, sources(item)
+        if base == "ld":
+            lo, hi = self.op(f"ld.{self.space(item)}.u32", item.operands[1]), \
+                self.op(f"ld.{self.space(item)}.u32", _next_word(item.operands[1]))
+        elif base == "atom":
+            self.refuse_atomic(item)
+        elif base == "cvt" and len(types(item)) == 2 and types(item)[1][0] in "usb" and bits_of(types(item)[1]) <= 32:
+            source = ops[0]
+            if bits_of(types(item)[1]) < 32:
+                source = self.op(f"cvt.{types(item)[1][0]}32.{types(item)[1]}", source)
+            lo = self.op("mov.b32", source)
+            hi = self.op("shr.s32", source, Imm(31)) if types(item)[1].startswith("s") else Imm(0)
+        elif base not in PAIRED or "wide" in item.modifiers or "hi" in item.modifiers or base != "mov" and not any(
+                getattr(o, "name", None) in self.words for o in ops):
+            # computed by the lowering as a 64-bit value (a parameter, a constant, a product of words): its words
+            result = self.temp(DOUBLE)
+            self.out.append(dataclasses.replace(item, operands=(result, *(self.joined(o) for o in item.operands[1:]))))
+            lo, hi = self.halves(result, why=f"the high word of {item.operands[0].name}, which a 64-bit value "
+                                              "loaded from memory also writes")
+        else:       # a shift's amount, a select's predicate: not 64-bit values
+            values = ops[:1] if base in ("mov", "not", "neg", "abs", "shl", "shr") else ops[:2]
+            lo, hi = getattr(self, f"_{base}")(item, [self.halves(o) for o in values], ops)
+        self.emit("mov.b32", words[0], lo)
+        self.emit("mov.b32", words[1], hi)
+
+    # Each _<base>(item, [(a.lo, a.hi), (b.lo, b.hi)], operands) returns the result's (lo, hi).
+    def _mov(self, item, halves, ops):
+        return halves[0]
+
+    def _add(self, item, halves, ops):
+        (alo, ahi), (blo, bhi) = halves
+        lo = self.op("add.u32", alo, blo)
+        carry = self.op("setp.lt.u32", lo, alo, prefix=PRED)
+        return lo, self.op("add.u32", self.op("add.u32", ahi, bhi), self.op("selp.u32", Imm(1), Imm(0), carry))
+
+    def _sub(self, item, halves, ops):
+        (alo, ahi), (blo, bhi) = halves
+        borrow = self.op("setp.lt.u32", alo, blo, prefix=PRED)
+        high = self.op("sub.u32", self.op("sub.u32", ahi, bhi), self.op("selp.u32", Imm(1), Imm(0), borrow))
+        return self.op("sub.u32", alo, blo), high
+
+    def _neg(self, item, halves, ops):
+        return self._sub(item, [(Imm(0), Imm(0)), halves[0]], ops)
+
+    def _mul(self, item, halves, ops):
+        (alo, ahi), (blo, bhi) = halves
+        cross = self.op("add.u32", self.op("mul.lo.u32", alo, bhi), self.op("mul.lo.u32", ahi, blo))
+        return self.op("mul.lo.u32", alo, blo), self.op("add.u32", self.op("mul.hi.u32", alo, blo), cross)
+
+    def _logic(self, item, halves, ops):
+        (alo, ahi), (blo, bhi) = halves
+        return self.op(f"{item.base}.b32", alo, blo), self.op(f"{item.base}.b32", ahi, bhi)
+
+    _and = _or = _xor = _logic
+
+    def _abs(self, item, halves, ops):
+        negative = self.op("setp.lt.s32", halves[0][1], Imm(0), prefix=PRED)
+        lo, hi = self._sub(item, [(Imm(0), Imm(0)), halves[0]], ops)
+        return (self.op("selp.b32", lo, halves[0][0], negative), self.op("selp.b32", hi, halves[0][1], negative))
+
+    def _not(self, item, halves, ops):
+        return self.op("not.b32", halves[0][0]), self.op("not.b32", halves[0][1])
+
+    def _shl(self, item, halves, ops):
+        lo, hi = halves[0]
+        n = self.amount(item, ops)
+        if n == 0:
+            return lo, hi
+        if n >= 32:
+            return Imm(0), self.op("shl.b32", lo, Imm(n - 32))
+        top = self.op("or.b32", self.op("shl.b32", hi, Imm(n)), self.op("shr.u32", lo, Imm(32 - n)))
+        return self.op("shl.b32", lo, Imm(n)), top
+
+    def _shr(self, item, halves, ops):
+        lo, hi = halves[0]
+        n = self.amount(item, ops)
+        kind = "s32" if signed(item) else "u32"
+        if n == 0:
+            return lo, hi
+        if n >= 32:
+            fill = self.op("shr.s32", hi, Imm(31)) if signed(item) else Imm(0)
+            return self.op(f"shr.{kind}", hi, Imm(n - 32)) if n > 32 else hi, fill
+        bottom = self.op("or.b32", self.op("shr.u32", lo, Imm(n)), self.op("shl.b32", hi, Imm(32 - n)))
+        return bottom, self.op(f"shr.{kind}", hi, Imm(n))
+
+    def amount(self, item, ops) -> int:
+        if not isinstance(ops[1], Imm):
+            raise MachineError(f"line {item.line}: a 64-bit value loaded from memory shifted by an amount the kernel "
+                               f"computes is not supported (shift it by a constant): {item.text}", line=item.line)
+        return ops[1].value & 63
+
+    def _selp(self, item, halves, ops):
+        (alo, ahi), (blo, bhi) = halves
+        return self.op("selp.b32", alo, blo, ops[2]), self.op("selp.b32", ahi, bhi, ops[2])
+
+    def _order(self, item, halves, ops):
+        """min / max: the compare (``_less``), then a select of each word."""
+        first, second = halves
+        less = self._less(first, second, "s" if signed(item) else "u", strict=True)
+        pick = (first, second) if item.base == "min" else (second, first)
+        return (self.op("selp.b32", pick[0][0], pick[1][0], less), self.op("selp.b32", pick[0][1], pick[1][1], less))
+
+    _min = _max = _order
+
+    def _less(self, a, b, kind: str, strict: bool) -> Reg:
+        """a < b (or a <= b) of two pairs: the high words compared (signed or unsigned), then the low words
+        (unsigned) where the high words are equal."""
+        (alo, ahi), (blo, bhi) = a, b
+        above = self.op(f"setp.lt.{kind}32", ahi, bhi, prefix=PRED)
+        level = self.op("setp.eq.u32", ahi, bhi, prefix=PRED)
+        low = self.op(f"setp.{'lt' if strict else 'le'}.u32", alo, blo, prefix=PRED)
+        return self.op("or.pred", above, self.op("and.pred", level, low, prefix=PRED), prefix=PRED)
+
+    def compare(self, item: Instruction) -> None:
+        """setp of 64-bit values, one of them a pair."""
+        cmp = COMPARES.get(item.modifiers[0])
+        if cmp is None or len(item.modifiers) != 2 or item.pair is not None:
+            raise MachineError(f"line {item.line}: this compare of a 64-bit value loaded from memory is not "
+                               f"supported (a combining setp, or a second destination): {item.text}", line=item.line)
+        a, b = (self.halves(o) for o in sources(item)[:2])
+        # lo / ls / hi / hs are unsigned whatever the type; lt / le / gt / ge as the type says
+        kind = "s" if cmp == item.modifiers[0] and item.modifiers[1].startswith("s") else "u"
+        dst = item.operands[0]
+        if cmp in ("eq", "ne"):
+            differ = self.op("or.b32", self.op("xor.b32", a[0], b[0]), self.op("xor.b32", a[1], b[1]))
+            self.emit(f"setp.{cmp}.u32", dst, differ, Imm(0))
+            return
+        less = self._less(*((a, b) if cmp in ("lt", "le") else (b, a)), kind, strict=cmp in ("lt", "gt"))
+        self.emit("mov.pred", dst, less)
+
+    # -- memory -------------------------------------------------------------------------------------------------
+    @staticmethod
+    def space(item: Instruction) -> str:
+        """The access's state space and qualifiers (global, shared, volatile, ...): its modifiers but the type and
+        the atomic's operation."""
+        return ".".join(m for m in item.modifiers if m not in INTEGER and m != "add")
+
+    def access(self, item: Instruction) -> None:
+        """A 64-bit store or atomic of a value (a load's register is always a pair: ``define``)."""
+        if item.base == "atom" and item.operands[0].name in self.read:
+            self.refuse_atomic(item)
+        if item.base == "atom" or item.base == "red":
+            if "add" not in item.modifiers:
+                self.refuse_atomic(item)
+        mem, value = item.operands[-2:]
+        if isinstance(value, Reg) and value.name in self.from_parameters and value.name not in self.words:
+            raise MachineError(
+                f"line {item.line}: the 64-bit value {value.name} stored here is computed from a 64-bit kernel "
+                f"parameter, which may be a pointer (PTX does not tell int *x from size_t n), and the machine keeps "
+                f"no pointers in memory; store a 32-bit value ((unsigned)n) or one the kernel computes: {item.text}",
+                line=item.line)
+        what = "store" if item.base == "st" else "atomic add"
+        if isinstance(value, Reg) and value.name not in self.words:
+            lo = value      # a 32-bit access reads its word (and refuses a register that holds an address)
+            hi = self.halves(value, why=f"the high word of a 64-bit {what}")[1]
+        else:
+            lo, hi = self.halves(value)
+        space = self.space(item)
+        if item.base == "st":
+            self.emit(f"st.{space}.u32", mem, lo)
+            self.emit(f"st.{space}.u32", _next_word(mem), hi)
+            return
+        old = self.op(f"atom.{space}.add.u32", mem, lo)
+        low = self.op("cvt.u32.u64", lo) if isinstance(lo, Reg) and lo.name == getattr(value, "name", None) else lo
+        wrapped = self.op("setp.lt.u32", self.op("add.u32", old, low), old, prefix=PRED)
+        high = self.op("add.u32", hi, self.op("selp.u32", Imm(1), Imm(0), wrapped))
+        self.emit(f"red.{space}.add.u32", _next_word(mem), high)
+
+    @staticmethod
+    def refuse_atomic(item: Instruction) -> None:
+        what = "an atomic add's old value" if "add" in item.modifiers else "a 64-bit atomic other than an add"
+        raise MachineError(
+            f"line {item.line}: {what} is not supported: the machine's words are 32 bits and it updates a 64-bit "
+            f"value's two words one after the other, so no lane could be given both as one value ({item.text})",
+            line=item.line)
+
+
+def _next_word(mem: Mem) -> Mem:
+    return Mem(mem.base, mem.offset + 4)
