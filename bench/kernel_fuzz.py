@@ -49,8 +49,10 @@ with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no lib
 out[] through pointer parameters), which qwengpu.inline inlines where NVRTC keeps the call ("call kept" counts
 those programs) and gcc calls. ``--counters`` adds loops over an ``unsigned long long`` counter from a word to a
 word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1), by 1 or by 1
-to 4, the counter read in the body and, in a quarter, after the loop (refused). All eight are off by default, so a
-seed's programs stay what they were.
+to 4, the counter read in the body and, in a quarter, after the loop (refused). ``--pairs`` (implies ``--wide``)
+adds leaves that read x's words two at a time as ``unsigned long long`` or ``long long`` values (64-bit loads: the
+machine keeps them, and what is computed from them, as pairs of words: qwengpu.lowering.pairs). All nine are off by
+default, so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
@@ -101,8 +103,9 @@ class Generator:
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
                  wide: bool = False, arith: bool = False, fma: bool = False, calls: bool = False,
-                 counters: bool = False):
+                 counters: bool = False, pairs: bool = False):
         self.rng = rng
+        self.pairs = pairs          # 64-bit leaves may be x's words read two at a time
         self.counters = counters    # statements may be loops over an unsigned long long counter
         self.calls = calls      # expressions may call __noinline__ functions (qwengpu.inline inlines them)
         self.functions: list[str | None] = []       # their definitions, by number (f0, f1, ...)
@@ -336,6 +339,10 @@ class Generator:
     def wide_expr(self, depth: int) -> str:
         """An unsigned long long expression: words widened (zero- or sign-extended), 64-bit arithmetic and shifts."""
         if depth > 3 or self.rng.random() < 0.35:
+            if self.pairs and self.rng.random() < 0.3:     # x's words two at a time, as 64-bit values
+                self.features.add("64-bit load")
+                kind = self.pick(["unsigned long long", "long long"])
+                return f"(unsigned long long)((const {kind} *)x)[{self.expr(3)} & 3u]"
             return self.pick([f"(unsigned long long){self.expr(3)}", f"(unsigned long long)(int){self.expr(3)}",
                               f"{int(self.rng.integers(0, 1 << 63))}ull", "(unsigned long long)tid"])
         a, b = self.wide_expr(depth + 1), self.wide_expr(depth + 1)
@@ -578,7 +585,8 @@ def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     # -ffp-contract=off: a * b + c is a rounded multiply, then a rounded add (the toolchain's --fmad=false); no
     # -ffast-math; float arithmetic in SSE registers (x86-64's default; said outright for a 32-bit x86 host, whose
     # default x87 would round to a wider precision first).
-    flags = ["-O1", "-fwrapv", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-w"]
+    # -fno-strict-aliasing: --pairs reads x's words two at a time, as unsigned long long, as the kernel does.
+    flags = ["-O1", "-fwrapv", "-fno-strict-aliasing", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-w"]
     if platform.machine().lower() in ("i386", "i486", "i586", "i686", "x86"):
         flags += ["-msse2", "-mfpmath=sse"]
     subprocess.run(["gcc", *flags, "-o", binary, source, "-lm"], check=True, timeout=300)
@@ -592,8 +600,8 @@ def int_arg(v: int) -> str:
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
               floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False,
-              calls: bool = False, counters: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics, floats, wide, arith, fma, calls, counters)
+              calls: bool = False, counters: bool = False, pairs: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats, wide or pairs, arith, fma, calls, counters, pairs)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -710,13 +718,13 @@ def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
          arith: bool = False, time_limit: float | None = None, fma: bool = False, calls: bool = False,
-         counters: bool = False) -> dict:
+         counters: bool = False, pairs: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
     ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``; ``fma``:
     with them fmaf(a, b, c), rounded once, against libm's; ``calls``: calls of __noinline__ functions;
-    ``counters``: loops over unsigned long long counters); returns
+    ``counters``: loops over unsigned long long counters; ``pairs``: x's words read as 64-bit values); returns
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
     div, rcp, sqrt, an int / unsigned conversion, a call, a call NVRTC kept), the mismatches and the internal errors
     (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted and the
@@ -732,7 +740,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters)
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters, pairs)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -806,11 +814,14 @@ def main(argv=None) -> int:
     parser.add_argument("--counters", action="store_true",
                         help="loops over an unsigned long long counter (size_t i = ...; i < n; i += step), whose "
                              "last step may pass 2^32 - 1, the counter read in the body and sometimes after")
+    parser.add_argument("--pairs", action="store_true",
+                        help="with --wide (implied): x's words read two at a time as unsigned long long / long long "
+                             "values (64-bit loads, kept as pairs of words)")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
                   atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith or args.fma, fma=args.fma,
-                  calls=args.calls, counters=args.counters, time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
+                  calls=args.calls, counters=args.counters, pairs=args.pairs, time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
                   else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "

@@ -5,6 +5,8 @@ mul, logic, shifts, compares, min / max; checked against numpy's int64 / uint64 
 what the machine cannot keep (a 64-bit atomic's old value, pointers in memory) refused by name."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -256,8 +258,40 @@ def test_a_loaded_long_long_indexes_words_and_bytes():
     assert dev.read(out, 4).tolist() == (data[index] + raw[index + 1]).tolist()
 
 
+# found by the fuzzer (--pairs, seed 24), as it drew it: the 64-bit register compared is written by a 64-bit load's
+# xor on one path and by a word loaded into it on the other (ld.global.u32 %rd20), whose high word is 0; a first
+# version of the stage loaded a second word there too
+EITHER = r"""
+extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {
+  const unsigned tid = threadIdx.x;
+  unsigned v0 = tid;
+  out[tid] = (int)((unsigned)((long long)((unsigned long long)(unsigned)out[tid]) <= (long long)(((unsigned)x[tid] & 1u
+      ? (unsigned long long)(unsigned)x[(v0 & 7u)]
+      : ((unsigned long long)(unsigned)s1 ^ (unsigned long long)((const unsigned long long *)x)[(unsigned)x[tid] & 3u])))));
+}
+"""
+
+
+def test_a_register_a_64_bit_load_and_a_word_load_both_write():
+    x = np.array([-8, -11, -731421658, 1617350997, 106713776, 25156169, -350733901, -1506043296], np.int32)
+    s1 = -1665291646 & 0xFFFFFFFF
+    out0 = np.array([-73, 7, 61, 14], np.int32)
+    dev = Device()
+    px, out = dev.alloc(8), dev.alloc(4)
+    dev.write(px, x)
+    dev.write(out, out0)
+    kernel = dev.load_kernel(EITHER, "k")
+    assert re.search(r"ld\.global\.u64\s+%rd", kernel.source) and re.search(r"ld\.global\.u32\s+%rd", kernel.source)
+    dev.launch(kernel, threads=4, args=[out, px, 0, s1])
+    u, wide = x.view(np.uint32), x.view(np.uint64)
+    v = [int(u[t]) if u[t] & 1 else s1 ^ int(wide[u[t] & 3]) for t in range(4)]
+    want = [int(int(out0[t]) & 0xFFFFFFFF <= (b - (1 << 64) if b >> 63 else b)) for t, b in enumerate(v)]
+    assert want == [0, 1, 1, 1] and dev.read(out, 4).tolist() == want
+
+
 REFUSED = r"""
-extern "C" __global__ void old_value(unsigned long long *c, unsigned long long *o) { o[threadIdx.x] = atomicAdd(c, 1ULL); }
+extern "C" __global__ void old_value(unsigned long long *c, unsigned long long *o)
+{ o[threadIdx.x] = atomicAdd(c, 1ULL); }
 extern "C" __global__ void maximum(unsigned long long *c) { atomicMax(c, (unsigned long long)threadIdx.x); }
 extern "C" __global__ void store_pointer(int **p, int *x) { p[threadIdx.x] = x + threadIdx.x; }
 extern "C" __global__ void load_pointer(int **p) { int *q = p[0]; q[threadIdx.x] = 7; }

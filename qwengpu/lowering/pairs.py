@@ -14,7 +14,7 @@ low word first (a GPU's little-endian layout)::
     atom.add.u64 [a], v       old = atom.add.u32 [a], v.lo;  red.add.u32 [a+4], v.hi + (old + v.lo < old)
 
 - The pairs: every 64-bit register a 64-bit load writes, and every one an instruction of the list below writes from
-  a pair (add, sub, mul.lo, neg, and, or, xor, not, shl / shr by a constant, selp, min, max, mov); each definition of
+  a pair (add, sub, mul.lo, neg, abs, and, or, xor, not, shl, shr, selp, min, max, mov); each definition of
   a pair register writes both words (``s = 0`` too: a register of ``cvt`` or a parameter takes its high word as the
   lowering computes it, ``v >> 32``). Not a pair: a register used as an address (a loaded pointer is refused).
 - A pair read by anything else (an address's offset, a division) is joined into a 64-bit register as NVRTC joins two
@@ -216,7 +216,7 @@ class _Pairs:
     def define(self, item: Instruction, words: tuple) -> None:
         """Both words of a pair register, from one instruction that writes it."""
         base, ops = item.base, sources(item)
-        if base == "ld":
+        if base == "ld" and _wide_access(item):        # (a word loaded into the register: below, as computed)
             lo, hi = self.op(f"ld.{self.space(item)}.u32", item.operands[1]), \
                 self.op(f"ld.{self.space(item)}.u32", _next_word(item.operands[1]))
         elif base == "atom":
@@ -278,9 +278,20 @@ class _Pairs:
     def _not(self, item, halves, ops):
         return self.op("not.b32", halves[0][0]), self.op("not.b32", halves[0][1])
 
+    # Shifts by an amount the kernel computes: PTX clamps an amount past the width to it, and so do the machine's
+    # 32-bit shifts (``shl`` / ``shr.u32`` by 32 or more give 0, ``shr.s32`` the sign), so each word is the one
+    # formula for any amount, the two cases (below 32, 32 and more) chosen by a select.
     def _shl(self, item, halves, ops):
         lo, hi = halves[0]
-        n = self.amount(item, ops)
+        if not isinstance(ops[1], Imm):
+            n = ops[1]
+            carried = self.op("shr.u32", lo, self.op("sub.u32", Imm(32), n))
+            below = self.op("or.b32", self.op("shl.b32", hi, n), carried)
+            above = self.op("shl.b32", lo, self.op("sub.u32", n, Imm(32)))
+            return self.op("shl.b32", lo, n), self.op("selp.b32", above, below, self.at_least_32(n))
+        n = ops[1].value & 0xFFFFFFFF
+        if n >= 64:
+            return Imm(0), Imm(0)
         if n == 0:
             return lo, hi
         if n >= 32:
@@ -290,8 +301,17 @@ class _Pairs:
 
     def _shr(self, item, halves, ops):
         lo, hi = halves[0]
-        n = self.amount(item, ops)
         kind = "s32" if signed(item) else "u32"
+        if not isinstance(ops[1], Imm):
+            n = ops[1]
+            carried = self.op("shl.b32", hi, self.op("sub.u32", Imm(32), n))
+            below = self.op("or.b32", self.op("shr.u32", lo, n), carried)
+            above = self.op(f"shr.{kind}", hi, self.op("sub.u32", n, Imm(32)))
+            return self.op("selp.b32", above, below, self.at_least_32(n)), self.op(f"shr.{kind}", hi, n)
+        n = min(ops[1].value & 0xFFFFFFFF, 64)
+        if n == 64:
+            fill = self.op("shr.s32", hi, Imm(31)) if signed(item) else Imm(0)
+            return fill, fill
         if n == 0:
             return lo, hi
         if n >= 32:
@@ -300,11 +320,8 @@ class _Pairs:
         bottom = self.op("or.b32", self.op("shr.u32", lo, Imm(n)), self.op("shl.b32", hi, Imm(32 - n)))
         return bottom, self.op(f"shr.{kind}", hi, Imm(n))
 
-    def amount(self, item, ops) -> int:
-        if not isinstance(ops[1], Imm):
-            raise MachineError(f"line {item.line}: a 64-bit value loaded from memory shifted by an amount the kernel "
-                               f"computes is not supported (shift it by a constant): {item.text}", line=item.line)
-        return ops[1].value & 63
+    def at_least_32(self, n) -> Reg:
+        return self.op("setp.ge.u32", n, Imm(32), prefix=PRED)
 
     def _selp(self, item, halves, ops):
         (alo, ahi), (blo, bhi) = halves
