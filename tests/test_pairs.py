@@ -194,6 +194,16 @@ extern "C" __global__ void serial_sum(const long long *x, long long *out, int n)
     out[1] = s > 0 ? s : -s;
 }
 
+// division and remainder by constants: NVRTC's mul.hi of 64-bit values by a magic number
+extern "C" __global__ void divide(const long long *x, long long *q, unsigned long long *u)
+{
+    int i = threadIdx.x;
+    q[2 * i] = x[i] / 10;
+    q[2 * i + 1] = x[i] % 7;
+    u[2 * i] = (unsigned long long)x[i] / 1000003ull;
+    u[2 * i + 1] = (unsigned long long)x[i] % 10ull;
+}
+
 // a loaded 64-bit value as an index, into words and into bytes
 extern "C" __global__ void gather(const long long *index, const int *words, const unsigned char *bytes, int *out)
 {
@@ -232,6 +242,25 @@ def test_loaded_values_computed_as_pairs_equal_numpy_s_int64(seed):
                          np.maximum(a, bs) - np.minimum(a, bs),
                          (a << 40) + (b >> np.uint64(63)).view(np.int64) + (~a & 0xFFFF0000FFFF)], axis=1)
     assert got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_division_and_remainder_by_constants_of_loaded_values(seed):
+    """C's truncating division of the GPU's 64-bit integers, as Python's integers compute it."""
+    a = np.random.default_rng(seed).choice(WIDE, 2)
+    dev = Device()
+    x, q, u = dev.alloc(4), dev.alloc(8), dev.alloc(8)
+    dev.write(x, a.view(np.uint32))
+    kernel = dev.load_kernel(PAIRS, "divide")
+    assert "mul.hi.s64" in kernel.source and "mul.hi.u64" in kernel.source
+    dev.launch(kernel, threads=2, args=[x, q, u])
+
+    def c_div(n: int, d: int) -> int:
+        return abs(n) // d * (1 if n >= 0 else -1)
+    signed = [v for n in map(int, a) for v in (c_div(n, 10), n - c_div(n, 7) * 7)]
+    unsigned = [v for n in map(int, a.view(np.uint64)) for v in (n // 1000003, n % 10)]
+    assert words(dev, q, 4, np.int64).tolist() == signed
+    assert words(dev, u, 4, np.uint64).tolist() == unsigned
 
 
 @pytest.mark.parametrize("n", [0, 1, 5, 10])

@@ -14,7 +14,7 @@ low word first (a GPU's little-endian layout)::
     atom.add.u64 [a], v       old = atom.add.u32 [a], v.lo;  red.add.u32 [a+4], v.hi + (old + v.lo < old)
 
 - The pairs: every 64-bit register a 64-bit load writes, and every one an instruction of the list below writes from
-  a pair (add, sub, mul.lo, neg, abs, and, or, xor, not, shl, shr, selp, min, max, mov); each definition of
+  a pair (add, sub, mul.lo and .hi, mad.lo, neg, abs, and, or, xor, not, shl, shr, selp, min, max, mov); each definition of
   a pair register writes both words (``s = 0`` too: a register of ``cvt`` or a parameter takes its high word as the
   lowering computes it, ``v >> 32``). Not a pair: a register used as an address (a loaded pointer is refused).
 - A pair read by anything else (an address's offset, a division) is joined into a 64-bit register as NVRTC joins two
@@ -43,7 +43,7 @@ from .values import destination, signed, width
 INTEGER = ("u64", "s64", "b64")
 WORD, DOUBLE, PRED = "%__pair_w", "%__pair_d", "%__pair_p"     # the stage's registers: b32, b64, pred
 # Instructions whose 64-bit result, from a pair, is a pair (built word by word below).
-PAIRED = {"mov", "add", "sub", "mul", "neg", "abs", "and", "or", "xor", "not", "shl", "shr", "selp", "min", "max"}
+PAIRED = {"mov", "add", "sub", "mul", "mad", "neg", "abs", "and", "or", "xor", "not", "shl", "shr", "selp", "min", "max"}
 COMPARES = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
             "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
 
@@ -91,7 +91,7 @@ class _Pairs:
             for inst in self.insts:
                 dst = destination(inst)
                 if (dst is None or dst in pairs or dst in self.addresses or inst.base not in PAIRED
-                        or not self.wide(dst) or "wide" in inst.modifiers or "hi" in inst.modifiers):
+                        or not self.wide(dst) or "wide" in inst.modifiers):
                     continue
                 if any(getattr(o, "name", None) in pairs for o in sources(inst)):
                     pairs.add(dst)
@@ -227,7 +227,7 @@ class _Pairs:
                 source = self.op(f"cvt.{types(item)[1][0]}32.{types(item)[1]}", source)
             lo = self.op("mov.b32", source)
             hi = self.op("shr.s32", source, Imm(31)) if types(item)[1].startswith("s") else Imm(0)
-        elif base not in PAIRED or "wide" in item.modifiers or "hi" in item.modifiers or base != "mov" and not any(
+        elif base not in PAIRED or "wide" in item.modifiers or base != "mov" and not any(
                 getattr(o, "name", None) in self.words for o in ops):
             # computed by the lowering as a 64-bit value (a parameter, a constant, a product of words): its words
             result = self.temp(DOUBLE)
@@ -235,7 +235,7 @@ class _Pairs:
             lo, hi = self.halves(result, why=f"the high word of {item.operands[0].name}, which a 64-bit value "
                                               "loaded from memory also writes")
         else:       # a shift's amount, a select's predicate: not 64-bit values
-            values = ops[:1] if base in ("mov", "not", "neg", "abs", "shl", "shr") else ops[:2]
+            values = ops[:1] if base in ("mov", "not", "neg", "abs", "shl", "shr") else ops[:3 if base == "mad" else 2]
             lo, hi = getattr(self, f"_{base}")(item, [self.halves(o) for o in values], ops)
         self.emit("mov.b32", words[0], lo)
         self.emit("mov.b32", words[1], hi)
@@ -246,9 +246,8 @@ class _Pairs:
 
     def _add(self, item, halves, ops):
         (alo, ahi), (blo, bhi) = halves
-        lo = self.op("add.u32", alo, blo)
-        carry = self.op("setp.lt.u32", lo, alo, prefix=PRED)
-        return lo, self.op("add.u32", self.op("add.u32", ahi, bhi), self.op("selp.u32", Imm(1), Imm(0), carry))
+        lo, carry = self._add_carry(alo, blo)
+        return lo, self.op("add.u32", self.op("add.u32", ahi, bhi), carry)
 
     def _sub(self, item, halves, ops):
         (alo, ahi), (blo, bhi) = halves
@@ -260,9 +259,54 @@ class _Pairs:
         return self._sub(item, [(Imm(0), Imm(0)), halves[0]], ops)
 
     def _mul(self, item, halves, ops):
+        if "hi" in item.modifiers:
+            return self._mul_high(item, halves)
         (alo, ahi), (blo, bhi) = halves
         cross = self.op("add.u32", self.op("mul.lo.u32", alo, bhi), self.op("mul.lo.u32", ahi, blo))
         return self.op("mul.lo.u32", alo, blo), self.op("add.u32", self.op("mul.hi.u32", alo, blo), cross)
+
+    def _mad(self, item, halves, ops):
+        """mad.lo: the low product, then the add."""
+        if "lo" not in item.modifiers:
+            raise MachineError(f"line {item.line}: mad of 64-bit values other than .lo is not supported: {item.text}",
+                               line=item.line)
+        return self._add(item, [self._mul(item, halves[:2], ops), halves[2]], ops)
+
+    def _mul_high(self, item, halves):
+        """``mul.hi`` of two 64-bit values (NVRTC's division of a 64-bit value by a constant): the top 64 bits of
+        the 128-bit product, from the four products of words. The middle column (the low product's high word and
+        the cross products' low words) carries into the top; signed, the unsigned top less b where a < 0 and a
+        where b < 0."""
+        (a0, a1), (b0, b1) = halves
+
+        def product(x, y) -> tuple:
+            return self.op("mul.lo.u32", x, y), self.op("mul.hi.u32", x, y)
+        (_, hi00), (lo01, hi01), (lo10, hi10), (lo11, hi11) = (product(a0, b0), product(a0, b1), product(a1, b0),
+                                                               product(a1, b1))
+        middle, carries = hi00, []
+        for part in (lo01, lo10):
+            middle, carry = self._add_carry(middle, part)
+            carries.append(carry)
+        low, high = lo11, [hi11]
+        for part in (hi01, hi10, *carries):
+            low, carry = self._add_carry(low, part)
+            high.append(carry)
+        top = high[0]
+        for carry in high[1:]:
+            top = self.op("add.u32", top, carry)
+        if not signed(item):
+            return low, top
+        result = (low, top)
+        for sign, other in ((a1, (b0, b1)), (b1, (a0, a1))):
+            negative = self.op("setp.lt.s32", sign, Imm(0), prefix=PRED)
+            less = tuple(self.op("selp.b32", word, Imm(0), negative) for word in other)
+            result = self._sub(item, [result, less], ())
+        return result
+
+    def _add_carry(self, a, b) -> tuple:
+        """a + b of words, and its carry (0 or 1) as a word."""
+        total = self.op("add.u32", a, b)
+        return total, self.op("selp.u32", Imm(1), Imm(0), self.op("setp.lt.u32", total, a, prefix=PRED))
 
     def _logic(self, item, halves, ops):
         (alo, ahi), (blo, bhi) = halves
