@@ -161,8 +161,9 @@ class Kernel:
             elif param.size is not None:
                 words.append(_struct_bytes(value, param.size, what))
             elif param.type == "f64":
-                raise MachineError(f"kernel {self.name} argument {i + 1} is a double: the machine has no double arithmetic (a double is 64 "
-                                   "bits, which its words do not hold); declare the parameter float")
+                raise MachineError(f"kernel {self.name} argument {i + 1} is a double: the machine has no double "
+                                   "arithmetic (a double is 64 bits, which its words do not hold); declare the "
+                                   "parameter float")
             else:
                 words.append(_integer(value, what))
         return tuple(words)
@@ -758,8 +759,10 @@ def _parameter(param) -> str:
     """A kernel parameter as a user knows it: its C type, from PTX's (the name is the compiler's)."""
     if param.size is not None:
         return f"a struct of {param.size} bytes"
-    return {"f32": "float", "f64": "double", "u64": "a pointer or a 64-bit integer", "s64": "a 64-bit integer",
-            "b64": "a pointer or a 64-bit integer"}.get(param.type, f"{'an' if param.type[1:] == '8' else 'a'} {param.type[1:]}-bit integer")
+    bits = param.type[1:]
+    named = {"f32": "float", "f64": "double", "u64": "a pointer or a 64-bit integer", "s64": "a 64-bit integer",
+             "b64": "a pointer or a 64-bit integer"}
+    return named.get(param.type, f"{'an' if bits == '8' else 'a'} {bits}-bit integer")
 
 
 def _integer(value, what: str) -> int:

@@ -296,7 +296,8 @@ extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {
   unsigned v0 = tid;
   out[tid] = (int)((unsigned)((long long)((unsigned long long)(unsigned)out[tid]) <= (long long)(((unsigned)x[tid] & 1u
       ? (unsigned long long)(unsigned)x[(v0 & 7u)]
-      : ((unsigned long long)(unsigned)s1 ^ (unsigned long long)((const unsigned long long *)x)[(unsigned)x[tid] & 3u])))));
+      : ((unsigned long long)(unsigned)s1
+         ^ (unsigned long long)((const unsigned long long *)x)[(unsigned)x[tid] & 3u])))));
 }
 """
 

@@ -277,8 +277,8 @@ extern "C" __global__ void total(unsigned long long *sum, int *x)
 @needs_nvrtc
 def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
     """The double under ``if (i < n)`` (refused where a thread takes its path: qwengpu.lowering.paths) and the
-    64-bit atomic's old value (refused by the lowering, at launch) each name their own source line and its text; the PTX line
-    stays the error's ``line``. The PTX users compile carries no line information."""
+    64-bit atomic's old value (refused by the lowering, at launch) each name their own source line and its text;
+    the PTX line stays the error's ``line``. The PTX users compile carries no line information."""
     from qwengpu import Device, MachineError
     dev = Device()
     sum_, x = dev.alloc(2), dev.alloc(4)

@@ -97,23 +97,24 @@ def bind_arguments(kernel, args: list[int]) -> dict:
                 offset for name, offset in pointers if name == param.name)))
         elif param.type.endswith("64") and (param.name, 0) not in pointers:
             if not -(1 << 31) <= value < (1 << 32):
-                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} does not fit 32 bits (the "
-                                   "machine's words)")
+                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} does not fit 32 "
+                                   "bits (the machine's words)")
             params[param.name] = Const(value & ((1 << 64) - 1) if value >= 0 else value & ((1 << 64) - 1))
         elif param.type.endswith("64"):
             if not 0 <= value <= isa.SINK:
-                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): pointer {value} is not a device "
-                                   f"word address 0..{isa.SINK}")
+                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): pointer {value} is not a "
+                                   f"device word address 0..{isa.SINK}")
             params[param.name] = Const(value * 4)       # PTX addresses are bytes; the machine's are words
         elif param.type == "f32":         # a float's bits (Device.launch converts a Python float to them)
             if not 0 <= value <= MASK32:
-                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} is not the bits of a "
-                                   "float32 (0..0xffffffff)")
+                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} is not the bits "
+                                   "of a float32 (0..0xffffffff)")
             params[param.name] = Const(value)
         elif param.type[1:] in ("32", "16", "8"):
             bits = int(param.type[1:])
             if not -(1 << (bits - 1)) <= value < (1 << bits):
-                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} does not fit {bits} bits")
+                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} does not fit "
+                                   f"{bits} bits")
             params[param.name] = Const(value & ((1 << bits) - 1) & MASK32)
         else:
             raise MachineError(f"kernel {kernel.name} parameter {param.name}: type .{param.type} is not supported "
