@@ -346,3 +346,17 @@ def test_what_two_words_cannot_hold_is_refused_by_name(name, args, message):
         dev.launch(dev.load_kernel(REFUSED, name), threads=4,
                    args=pointers if name != "store_size" else pointers[:1] + [5])
     assert dev.read(0, 8 * args).tolist() == [0] * 8 * args
+
+
+def test_the_circuit_writes_the_interpreters_tokens_for_a_pair_s_carry():
+    """A pair's add is ordinary machine ops (add, a compare for the carry, a select): the compiled circuit predicts
+    the interpreter's tokens for x[i] += 1 of long longs whose low words carry."""
+    def tokens(backend):
+        dev = Device(backend=backend)
+        x = dev.alloc(8)
+        dev.write(x, np.array([2**32 - 1, -1, 7, 2**33 - 1], np.int64).view(np.uint32))
+        dev.launch(dev.load_kernel(PAIRS, "increment"), threads=4, args=[x])
+        return words(dev, x, 4, np.int64).tolist(), [(t.id, t.origin) for t in dev.tokens]
+
+    (values, stream), (ref_values, ref_stream) = tokens("circuit"), tokens("interpreter")
+    assert values == ref_values == [2**32, 0, 8, 2**33] and stream == ref_stream and len(stream) > 100
