@@ -561,13 +561,15 @@ def test_a_thread_index_widened_keeps_its_words_value():
     """``(unsigned long long)(threadIdx.x - 1u)`` is 2^32 - 1 on thread 0 and 0 on thread 1: the constant
     propagation had kept the 32-bit thread-index value as it was (-1 on thread 0), so ``(j + 1) >> 32`` was
     lowered as 0 on every thread where a GPU gives 1 on thread 0 (and a wide product of it, ``* 4``, as if of -1).
-    Now such a widening is no thread-index value (each thread's word lies in a different window of 2^32), and the
-    shift of its high word is refused; a sign-extension and a widening of words in one window stay exact, and
-    sums of them are values whose high word the lowering knows."""
+    Now such a widening is no thread-index value (each thread's word lies in a different window of 2^32): the
+    shift of its high word, refused in one word, runs with the sum kept as a pair of words (lowering.pairs); a
+    sign-extension and a widening of words in one window stay exact, and sums of them are values whose high word
+    the lowering knows."""
     t = np.arange(4)
-    for refused in (0, 3):      # mul.wide.u32 of the word too: it multiplies each thread's word, not -1
-        with pytest.raises(Exception, match=r"a 64-bit shr depends on the high word"):
-            run(WIDENED, 4, [0, refused], {0: [0] * 4}, (0, 4))
+    words = (t - 1) % 2**32         # each thread's word of t - 1u
+    np.testing.assert_array_equal(run(WIDENED, 4, [0, 0], {0: [0] * 4}, (0, 4)), (words + 1) >> 32)
+    # mul.wide.u32 of the word too: it multiplies each thread's word, not -1
+    np.testing.assert_array_equal(run(WIDENED, 4, [0, 3], {0: [0] * 4}, (0, 4)), (words * 4 + 8) >> 32)
     np.testing.assert_array_equal(run(WIDENED, 4, [0, 1], {0: [0] * 4}, (0, 4)),
                                   (np.int64(t) - 1) >> 32)
     np.testing.assert_array_equal(run(WIDENED, 4, [0, 2], {0: [0] * 4}, (0, 4)),

@@ -63,10 +63,14 @@ from .transfer import WARP_INSTRUCTIONS
 from .warp import EXCHANGE
 from ..ptx import Instruction, Mem, Reg
 from .pointers import address_registers
-from .values import MASK32, Affine, Const, Context
+from .values import MASK32, Affine, Const, Context, destination
 
 __all__ = ["lower", "Program", "bind_arguments", "pointer_fields", "shared_layout", "local_layout"]
 
+
+# At most this many 64-bit registers are made pairs of words because the lowering refused their high words
+# (``lower``): each one more costs a lowering of the kernel.
+PAIR_REGISTERS = 32
 
 def pointer_fields(kernel) -> set[tuple[str, int]]:
     """The 64-bit parameters the kernel uses as addresses, as (parameter, byte offset): offset 0 of a pointer
@@ -211,7 +215,25 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     qwengpu.lowering.overlays)."""
     kernel, formats = console.rewrite(paths.rewrite(kernel))
     kernel = block_votes.rewrite(kernel)
-    kernel = as_integers(pairs.rewrite(kernel))
+    written = {name for inst in kernel.body if isinstance(inst, Instruction) for name in [destination(inst)] if name}
+    # A 64-bit value whose high word the lowering does not hold is refused naming the registers it reads; kept as
+    # pairs of words they have their high words, so the kernel is lowered again with them (a chain of sums: a
+    # register more each time, up to PAIR_REGISTERS).
+    seeds: frozenset = frozenset()
+    while True:
+        try:
+            return _laid_out(as_integers(pairs.rewrite(kernel, seeds)), formats, args, threads, block, blocks, shared,
+                             shape, grid, variables)
+        except MachineError as error:
+            more = getattr(error, "high_words", frozenset()) & written
+            if more <= seeds or len(seeds | more) > PAIR_REGISTERS:
+                raise
+            seeds |= more
+
+
+def _laid_out(kernel, formats, args: list[int], threads: int, block: int, blocks: int, shared: int, shape, grid,
+              variables) -> Program:
+    """``lower`` after the stages that rewrite PTX: memory laid out, then the machine program."""
     shared_words, symbols = shared_layout(kernel, shared)
     local_words = local_layout(kernel, threads, shared_words, symbols)
     symbols.update(variable_layout(kernel, variables or {}))

@@ -153,9 +153,13 @@ class ArithmeticOps:
 
     def _need_fits(self, bits: int) -> None:
         if bits > 32:
-            raise MachineError(f"line {self.inst.line}: a 64-bit {self.inst.base} depends on the high word, which "
-                               f"the machine's 32-bit registers do not hold: {self.inst.text}"
-                               f"{self._unbounded_hint()}", line=self.inst.line)
+            error = MachineError(f"line {self.inst.line}: a 64-bit {self.inst.base} depends on the high word, which "
+                                 f"the machine's 32-bit registers do not hold: {self.inst.text}"
+                                 f"{self._unbounded_hint()}", line=self.inst.line)
+            # the 64-bit values read: kept as pairs of words (lowering.pairs), the lowering may hold their high words
+            error.high_words = frozenset(o.name for o in sources(self.inst) if isinstance(o, Reg)
+                                         and self.reg_bits(o.name) == 64 and o.name not in self.addresses)
+            raise error
 
     def _unbounded_hint(self) -> str:
         """Why a 64-bit register this instruction reads, stepped like a loop counter, is no counter."""
@@ -189,8 +193,10 @@ class ArithmeticOps:
                 what = f"a count of {count}, past 2^32 - 2, which its word cannot tell from a larger one"
             else:
                 what = "a count this launch does not fix"
-            raise MachineError(f"line {inst.line}: {inst.text} asks whether the loop counter {counter} has reached "
-                               f"{what}; write the counter as an int or unsigned", line=inst.line)
+            error = MachineError(f"line {inst.line}: {inst.text} asks whether the loop counter {counter} has "
+                                 f"reached {what}; write the counter as an int or unsigned", line=inst.line)
+            error.high_words = frozenset({counter})     # as a pair of words (lowering.pairs) it is the count
+            raise error
         return None
 
     def _check_saturated(self, read) -> None:
@@ -208,11 +214,13 @@ class ArithmeticOps:
         else:
             top = None
         if top is None or not 0 <= top < MASK32:
-            raise MachineError(
+            error = MachineError(
                 f"line {self.inst.line}: {self.inst.text} compares the loop counter {register} after a step that "
                 f"may carry it past 2^32 - 1, where the machine's word holds 2^32 - 1, with "
                 f"{'a value this launch does not fix' if top is None else top}: only a value below 2^32 - 1 tells "
                 f"the two apart; compare with < or >= (i < n)", line=self.inst.line)
+            error.high_words = frozenset({register})   # as a pair of words (lowering.pairs) it is the sum
+            raise error
 
     # Each _op_<base>(read, dst) builds one PTX instruction from machine ops.
     def _op_mov(self, read, dst):

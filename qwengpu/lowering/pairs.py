@@ -44,18 +44,18 @@ from .values import destination, signed, width
 INTEGER = ("u64", "s64", "b64")
 WORD, DOUBLE, PRED = "%__pair_w", "%__pair_d", "%__pair_p"     # the stage's registers: b32, b64, pred
 # Instructions whose 64-bit result, from a pair, is a pair (built word by word below).
-PAIRED = {"mov", "add", "sub", "mul", "mad", "neg", "abs", "and", "or", "xor", "not", "shl", "shr", "selp", "min",
+PAIRED = {"mov", "add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "and", "or", "xor", "not", "shl", "shr", "selp", "min",
           "max"}
 COMPARES = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
             "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
 
 
-def rewrite(kernel: Kernel) -> Kernel:
-    """The kernel with its 64-bit memory accesses as word accesses and the values loaded by them kept as pairs
-    (itself where it has no 64-bit access)."""
-    if not any(_wide_access(item) for item in kernel.body):
+def rewrite(kernel: Kernel, seeds: frozenset = frozenset()) -> Kernel:
+    """The kernel with its 64-bit memory accesses as word accesses and the values loaded by them kept as pairs, and
+    ``seeds`` too: 64-bit registers whose high words the lowering refused (``lower``). Itself where it has neither."""
+    if not seeds and not any(_wide_access(item) for item in kernel.body):
         return kernel
-    return _Pairs(kernel).run()
+    return _Pairs(kernel, seeds).run()
 
 
 def _wide_access(item) -> bool:
@@ -65,8 +65,9 @@ def _wide_access(item) -> bool:
 
 
 class _Pairs:
-    def __init__(self, kernel: Kernel):
+    def __init__(self, kernel: Kernel, seeds: frozenset = frozenset()):
         self.kernel = kernel
+        self.seeds = seeds
         self.insts = [i for i in kernel.body if isinstance(i, Instruction)]
         self.addresses = address_registers(kernel.body)
         self.read = {name for inst in self.insts for name in registers_read(inst)}
@@ -86,7 +87,7 @@ class _Pairs:
     def _find(self) -> set[str]:
         """The 64-bit registers loaded from memory, and those computed from them by the instructions of PAIRED."""
         pairs = {inst.operands[0].name for inst in self.insts if _wide_access(inst) and inst.base == "ld"
-                 and inst.operands[0].name not in self.addresses}
+                 and inst.operands[0].name not in self.addresses} | (self.seeds - self.addresses)
         changed = True
         while changed:
             changed = False
@@ -147,10 +148,11 @@ class _Pairs:
         self.count += 1
         return Reg(f"{prefix}{self.count}")
 
-    def emit(self, opcode: str, *operands, why: str = "") -> None:
+    def emit(self, opcode: str, *operands, why: str = "", guard: Reg | None = None) -> None:
+        """An instruction under the current one's guard (or ``guard``), with its line and text (``why`` first)."""
         item = self.item
-        self.out.append(Instruction(opcode, operands, item.guard, item.guard_negated, item.line,
-                                    item.text if not why else f"{why} ({item.text})"))
+        self.out.append(Instruction(opcode, operands, guard or item.guard, item.guard_negated and guard is None,
+                                    item.line, item.text if not why else f"{why} ({item.text})"))
 
     def op(self, opcode: str, *operands, prefix: str = WORD) -> Reg:
         """A fresh register written by one instruction."""
@@ -229,8 +231,7 @@ class _Pairs:
                 source = self.op(f"cvt.{types(item)[1][0]}32.{types(item)[1]}", source)
             lo = self.op("mov.b32", source)
             hi = self.op("shr.s32", source, Imm(31)) if types(item)[1].startswith("s") else Imm(0)
-        elif base not in PAIRED or "wide" in item.modifiers or base != "mov" and not any(
-                getattr(o, "name", None) in self.words for o in ops):
+        elif base not in PAIRED or "wide" in item.modifiers:
             # computed by the lowering as a 64-bit value (a parameter, a constant, a product of words): its words
             result = self.temp(DOUBLE)
             self.out.append(dataclasses.replace(item, operands=(result, *(self.joined(o) for o in item.operands[1:]))))
@@ -304,6 +305,75 @@ class _Pairs:
             less = tuple(self.op("selp.b32", word, Imm(0), negative) for word in other)
             result = self._sub(item, [result, less], ())
         return result
+
+    def _div(self, item, halves, ops):
+        return self._divide(item, halves, "div")
+
+    def _rem(self, item, halves, ops):
+        return self._divide(item, halves, "rem")
+
+    def _divide(self, item, halves, kind: str) -> tuple:
+        """div / rem of 64-bit values: a long division of the magnitudes (``_long_division``), then C's sign (the
+        quotient's: the operands' signs differ; the remainder's: the dividend's). x / 0 is all ones whatever x's
+        sign and x % 0 is x, as the machine's 32-bit division gives them."""
+        n, d = halves
+        if not signed(item):
+            quotient, remainder = self._long_division(n, d)
+            return quotient if kind == "div" else remainder
+        negative_n = self.op("setp.lt.s32", n[1], Imm(0), prefix=PRED)
+        negative_d = self.op("setp.lt.s32", d[1], Imm(0), prefix=PRED)
+        magnitude = [self._pick(negative, self._sub(item, [(Imm(0), Imm(0)), value], ()), value)
+                     for negative, value in ((negative_n, n), (negative_d, d))]
+        quotient, remainder = self._long_division(*magnitude)
+        if kind == "rem":
+            flip, result = negative_n, remainder
+        else:
+            zero = self.op("setp.eq.u32", self.op("or.b32", d[0], d[1]), Imm(0), prefix=PRED)
+            differ = self.op("xor.pred", negative_n, negative_d, prefix=PRED)
+            flip = self.op("and.pred", differ, self.op("not.pred", zero, prefix=PRED), prefix=PRED)
+            result = quotient
+        return self._pick(flip, self._sub(item, [(Imm(0), Imm(0)), result], ()), result)
+
+    def _pick(self, predicate, chosen: tuple, other: tuple) -> tuple:
+        return tuple(self.op("selp.b32", a, b, predicate) for a, b in zip(chosen, other))
+
+    def _long_division(self, n: tuple, d: tuple) -> tuple:
+        """Unsigned restoring division of pairs, a quotient bit a trip of a 64-trip loop, as the emitter's of words:
+        the remainder takes the dividend's top bit, the divisor is subtracted where it fits (or where the shift
+        carried out of the remainder: it is then past any divisor), and the bit enters the quotient from below.
+        The loop runs unguarded, whatever the instruction's guard (every lane, the same trips); its result is
+        written under the guard. Division by 0 gives all ones and the dividend."""
+        item = self.item
+        self.item = dataclasses.replace(item, guard=None, guard_negated=False)
+        a, r, q = [self.temp(WORD), self.temp(WORD)], [self.temp(WORD), self.temp(WORD)], [self.temp(WORD),
+                                                                                            self.temp(WORD)]
+        count = self.temp(WORD)
+        for register, value in ((a[0], n[0]), (a[1], n[1]), (r[0], Imm(0)), (r[1], Imm(0)), (q[0], Imm(0)),
+                                (q[1], Imm(0)), (count, Imm(64))):
+            self.emit("mov.b32", register, value)
+        head = Label(f"$__pair_division{self.temp(WORD).name[len(WORD):]}")
+        self.out.append(head)
+
+        def shift_in(pair: list, bit) -> None:
+            """pair = pair << 1 | bit (bit a word of 0 or 1)."""
+            self.emit("shl.b32", pair[1], pair[1], Imm(1))
+            self.emit("or.b32", pair[1], pair[1], self.op("shr.u32", pair[0], Imm(31)))
+            self.emit("shl.b32", pair[0], pair[0], Imm(1))
+            self.emit("or.b32", pair[0], pair[0], bit)
+        out = self.op("shr.u32", r[1], Imm(31))
+        shift_in(r, self.op("shr.u32", a[1], Imm(31)))
+        shift_in(a, Imm(0))
+        below = self._less(tuple(r), d, "u", strict=True)
+        carried = self.op("setp.ne.u32", out, Imm(0), prefix=PRED)
+        fits = self.op("or.pred", self.op("not.pred", below, prefix=PRED), carried, prefix=PRED)
+        less = self._sub(item, [tuple(r), d], ())
+        for word, value in zip(r, less):
+            self.emit("selp.b32", word, value, word, fits)
+        shift_in(q, self.op("selp.u32", Imm(1), Imm(0), fits))
+        self.emit("sub.u32", count, count, Imm(1))
+        self.emit("bra", head, guard=self.op("setp.ne.u32", count, Imm(0), prefix=PRED))
+        self.item = item
+        return tuple(q), tuple(r)
 
     def _add_carry(self, a, b) -> tuple:
         """a + b of words, and its carry (0 or 1) as a word."""
