@@ -458,7 +458,8 @@ extern "C" __global__ void store_pointer(int **p, int *x) { p[threadIdx.x] = x +
 extern "C" __global__ void load_pointer(int **p) { int *q = p[0]; q[threadIdx.x] = 7; }
 extern "C" __global__ void store_size(unsigned long long *out, unsigned long long n) { out[threadIdx.x] = n + 1; }
 // (float) of a 64-bit value computed in 64 bits: its rounding of all 64 bits is not built
-extern "C" __global__ void to_float(float *out, const int *w) { out[threadIdx.x] = (float)((long long)w[0] * w[1] + 1); }
+extern "C" __global__ void to_float(float *out, const int *w)
+{ out[threadIdx.x] = (float)((long long)w[0] * w[1] + 1); }
 """
 
 

@@ -30,6 +30,8 @@ This module finds the counters and views from the control-flow graph alone (:fun
 launch (that ``s`` and every other write of ``i`` are words: ``tid``, ``blockDim.x * gridDim.x``; the start ``v``)
 is checked by the emitter (``Emitter._counters``), which treats a register that fails as any other 64-bit register
 (a compare of its high word is refused, and names the read that made it no counter: ``return i`` after the loop).
+What a saturated word cannot answer is refused naming the counter, and ``lower`` then keeps it as a pair of words
+(qwengpu.lowering.pairs), which holds every sum.
 
 Example::
 

@@ -1,5 +1,6 @@
-"""64-bit integers in memory, and the values computed from them, as pairs of words: ``long long``, ``size_t`` and
-``uint64_t`` arrays (``x[i] += 1``, ``s += x[i]``, ``x[i] < y[i]``), and ``atomicAdd`` on an ``unsigned long long``.
+"""64-bit integers as pairs of words: ``long long``, ``size_t`` and ``uint64_t`` arrays in memory (``x[i] += 1``,
+``s += x[i]``, ``x[i] < y[i]``, ``x[i] / y[i]``), ``atomicAdd`` on an ``unsigned long long``, and any 64-bit value
+whose high word the lowering cannot follow in one word (a ``long`` loop's 64-bit trip count).
 
 The machine's registers hold a 64-bit value's low word; the lowering knows the high word where it follows from how
 the value was made (a word extended, a product of words, a loop counter: ``arithmetic``'s ``shr`` by 32). A value
@@ -13,13 +14,14 @@ low word first (a GPU's little-endian layout)::
     st.u64   [a], v           st.u32 [a], v.lo;  st.u32 [a+4], v.hi
     atom.add.u64 [a], v       old = atom.add.u32 [a], v.lo;  red.add.u32 [a+4], v.hi + (old + v.lo < old)
 
-- The pairs: every 64-bit register a 64-bit load writes, and every one an instruction of PAIRED writes from a pair
-  (add, sub, mul.lo and .hi, mad.lo, neg, abs, and, or, xor, not, shl, shr, selp, min, max, mov); each definition
-  of a pair register writes both words (``s = 0`` too: a register of ``cvt`` or a parameter takes its high word as
-  the lowering computes it, ``v >> 32``). Not a pair: a register loaded into and used as an address (its words
-  joined, below: an offset added to a pointer, ``bytes[x[i]]``, runs; a pointer loaded from memory is refused).
-- A pair read by anything else (an address's offset, a division by a value the kernel computes) is joined into a
-  64-bit register as NVRTC joins two words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as hi.
+- The pairs: every 64-bit register a 64-bit load writes, the ``seeds`` (registers the lowering refused for their
+  high word: ``lower`` lowers the kernel again with them), and every one an instruction of PAIRED writes from a pair
+  (add, sub, mul.lo and .hi, mad.lo, div, rem, neg, abs, and, or, xor, not, shl, shr, selp, min, max, mov); each
+  definition of a pair register writes both words (``s = 0`` too: a register of ``cvt`` or a parameter takes its
+  high word as the lowering computes it, ``v >> 32``). Not a pair: a register loaded into and used as an address
+  (its words joined, below: an offset added to a pointer, ``bytes[x[i]]``, runs; a pointer loaded is refused).
+- A pair read by anything else (an address's offset, a conversion to float) is joined into a 64-bit register as
+  NVRTC joins two words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as hi.
 - A store of a value that is no pair writes ``v >> 32`` as its high word: refused, naming the store, where the
   machine does not hold it. A 64-bit value computed from a 64-bit kernel parameter is not stored: PTX does not tell
   ``int *x`` from ``size_t n``, and the machine keeps no pointers in memory.
@@ -44,8 +46,8 @@ from .values import destination, signed, width
 INTEGER = ("u64", "s64", "b64")
 WORD, DOUBLE, PRED = "%__pair_w", "%__pair_d", "%__pair_p"     # the stage's registers: b32, b64, pred
 # Instructions whose 64-bit result, from a pair, is a pair (built word by word below).
-PAIRED = {"mov", "add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "and", "or", "xor", "not", "shl", "shr", "selp", "min",
-          "max"}
+PAIRED = {"mov", "add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "and", "or", "xor", "not", "shl", "shr",
+          "selp", "min", "max"}
 COMPARES = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
             "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
 
