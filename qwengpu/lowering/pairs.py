@@ -237,8 +237,7 @@ class _Pairs:
             # computed by the lowering as a 64-bit value (a parameter, a constant, a product of words): its words
             result = self.temp(DOUBLE)
             self.out.append(dataclasses.replace(item, operands=(result, *(self.joined(o) for o in item.operands[1:]))))
-            lo, hi = self.halves(result, why=f"the high word of {item.operands[0].name}, which a 64-bit value "
-                                              "loaded from memory also writes")
+            lo, hi = self.halves(result, why=f"the high word of {item.operands[0].name}, a pair of words")
         else:       # a shift's amount, a select's predicate: not 64-bit values
             values = ops[:1] if base in ("mov", "not", "neg", "abs", "shl", "shr") else ops[:3 if base == "mad" else 2]
             lo, hi = getattr(self, f"_{base}")(item, [self.halves(o) for o in values], ops)
