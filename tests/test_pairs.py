@@ -450,6 +450,60 @@ def test_a_size_t_loop_between_bounds_the_kernel_loads(start, end):
     assert dev.read(out, 2).tolist() == [want, want]
 
 
+TO_FLOAT = r"""
+extern "C" __global__ void to_float(const long long *x, float *f, float *g, float *z)
+{
+    int i = threadIdx.x;
+    f[i] = (float)x[i];
+    g[i] = (float)(unsigned long long)x[i];
+    z[i] = __ll2float_rz(x[i]);
+}
+
+extern "C" __global__ void mean(const int *x, float *out, int n)
+{
+    long long s = 0;
+    for (int i = 0; i < n; i++) s += (long long)x[i] * x[i];
+    out[0] = (float)s / n;
+}
+"""
+
+
+def rounded(n: int, toward_zero: bool = False) -> float:
+    """n as float32: its 24 leading bits, rounded to nearest even (or toward zero), exactly (numpy's conversion of
+    a uint64 may round twice, through a double)."""
+    magnitude, sign = abs(n), -1 if n < 0 else 1
+    shift = max(0, magnitude.bit_length() - 24)
+    kept, rest = magnitude >> shift, magnitude - (magnitude >> shift << shift)
+    half = 1 << shift >> 1
+    if not toward_zero and shift and (rest > half or rest == half and kept & 1):
+        kept += 1
+    return float(np.float32(sign * (kept << shift)))        # at most 25 bits: exact through a double
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_long_long_converted_to_float_rounds_once(seed):
+    edges = np.array([0, 1, -1, 2**24 + 1, 2**53 + 2**29 + 1, -(2**40 + 2**16), 2**63 - 1, -2**63, 2**31, 2**32 - 1,
+                      (2**24 + 1) << 30, ((2**24 + 3) << 30) + 1, -((2**24 + 1) << 30), 0x7FFFFF8000000000], np.int64)
+    x = np.random.default_rng(seed).choice(edges, 4, replace=False)
+    dev = Device()
+    px, f, g, z = dev.alloc(8), dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    dev.write(px, x.view(np.uint32))
+    dev.launch(dev.load_kernel(TO_FLOAT, "to_float"), threads=4, args=[px, f, g, z])
+    floats = [dev.read(p, 4).view(np.float32).tolist() for p in (f, g, z)]
+    assert floats == [[rounded(int(v)) for v in x], [rounded(int(v)) for v in x.view(np.uint64)],
+                      [rounded(int(v), toward_zero=True) for v in x]]
+
+
+def test_the_mean_of_a_long_long_sum():
+    dev = Device()
+    data = np.array([46341, -46341, 65535, 3, -70000, 12345], np.int32)
+    x, out = dev.alloc(6), dev.alloc(1)
+    dev.write(x, data)
+    dev.launch(dev.load_kernel(TO_FLOAT, "mean"), threads=1, args=[x, out, 6])
+    total = sum(int(v) ** 2 for v in data)
+    assert dev.read(out, 1).view(np.float32)[0] == np.float32(np.float32(rounded(total)) / np.float32(6))
+
+
 REFUSED = r"""
 extern "C" __global__ void old_value(unsigned long long *c, unsigned long long *o)
 { o[threadIdx.x] = atomicAdd(c, 1ULL); }
@@ -457,9 +511,9 @@ extern "C" __global__ void maximum(unsigned long long *c) { atomicMax(c, (unsign
 extern "C" __global__ void store_pointer(int **p, int *x) { p[threadIdx.x] = x + threadIdx.x; }
 extern "C" __global__ void load_pointer(int **p) { int *q = p[0]; q[threadIdx.x] = 7; }
 extern "C" __global__ void store_size(unsigned long long *out, unsigned long long n) { out[threadIdx.x] = n + 1; }
-// (float) of a 64-bit value computed in 64 bits: its rounding of all 64 bits is not built
+// (float) of a 64-bit value rounded down or up (__ll2float_rd / _ru): only to nearest and toward zero are built
 extern "C" __global__ void to_float(float *out, const int *w)
-{ out[threadIdx.x] = (float)((long long)w[0] * w[1] + 1); }
+{ out[threadIdx.x] = __ll2float_rd((long long)w[0] * w[1] + 1); }
 """
 
 

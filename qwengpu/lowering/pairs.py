@@ -20,8 +20,9 @@ low word first (a GPU's little-endian layout)::
   definition of a pair register writes both words (``s = 0`` too: a register of ``cvt`` or a parameter takes its
   high word as the lowering computes it, ``v >> 32``). Not a pair: a register loaded into and used as an address
   (its words joined, below: an offset added to a pointer, ``bytes[x[i]]``, runs; a pointer loaded is refused).
-- A pair read by anything else (an address's offset, a conversion to float) is joined into a 64-bit register as
-  NVRTC joins two words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as hi.
+- ``(float)`` of a pair, to nearest or toward zero (``to_float``). A pair read by anything else (an address's
+  offset, ``popc`` of 64 bits) is joined into a 64-bit register as NVRTC joins two words, ``(u64)lo | (u64)hi <<
+  32``, whose ``>> 32`` the lowering reads as hi.
 - A store of a value that is no pair writes ``v >> 32`` as its high word: refused, naming the store, where the
   machine does not hold it. A 64-bit value computed from a 64-bit kernel parameter is not stored: PTX does not tell
   ``int *x`` from ``size_t n``, and the machine keeps no pointers in memory.
@@ -205,6 +206,9 @@ class _Pairs:
                 self.access(item)
             elif item.base == "setp" and any(getattr(o, "name", None) in self.words for o in sources(item)[:2]):
                 self.compare(item)
+            elif item.base == "cvt" and item.modifiers[1:] in (("f32", "u64"), ("f32", "s64")) \
+                    and item.modifiers[0] in ("rn", "rz") and getattr(item.operands[1], "name", None) in self.words:
+                self.to_float(item)
             elif item.base == "cvt" and len(types(item)) == 2 and types(item)[0][0] in "usb" \
                     and bits_of(types(item)[0]) <= 32 and getattr(item.operands[1], "name", None) in self.words:
                 lo = self.words[item.operands[1].name][0]     # a truncation: the low word, narrowed as PTX says
@@ -478,6 +482,28 @@ class _Pairs:
             return
         less = self._less(*((a, b) if cmp in ("lt", "le") else (b, a)), kind, strict=cmp in ("lt", "gt"))
         self.emit("mov.pred", dst, less)
+
+    def to_float(self, item: Instruction) -> None:
+        """``cvt.rn`` / ``cvt.rz .f32`` of a pair, (float) of a long long: the magnitude shifted left by the high
+        word's leading zeros s (``clz``; 32 where it is 0, and the low word is the word converted), the low word's
+        bits left below folded into the high word's lowest bit (they only tell the rounding that it is not exact:
+        the rounding's own bit is bit 7), that word converted (the 32-bit conversion), and its exponent raised by
+        32 - s, exactly. Signed: of the magnitude (2^63 too, read unsigned), then the sign."""
+        mode, kind = item.modifiers[0], item.modifiers[2]
+        lo, hi = self.words[item.operands[1].name]
+        negative = None
+        if kind == "s64":
+            negative = self.op("setp.lt.s32", hi, Imm(0), prefix=PRED)
+            lo, hi = self._pick(negative, self._sub(item, [(Imm(0), Imm(0)), (lo, hi)], ()), (lo, hi))
+        shift = self.op("clz.b32", hi)
+        top = self.op("or.b32", self.op("shl.b32", hi, shift), self.op("shr.u32", lo, self.op("sub.u32", Imm(32),
+                                                                                                shift)))
+        rest = self.op("setp.ne.u32", self.op("shl.b32", lo, shift), Imm(0), prefix=PRED)
+        word = self.op(f"cvt.{mode}.f32.u32", self.op("or.b32", top, self.op("selp.u32", Imm(1), Imm(0), rest)))
+        bits = self.op("add.u32", word, self.op("shl.b32", self.op("sub.u32", Imm(32), shift), Imm(23)))
+        if negative is not None:
+            bits = self.op("or.b32", bits, self.op("selp.b32", Imm(0x80000000), Imm(0), negative))
+        self.emit("mov.b32", item.operands[0], bits)
 
     # -- memory -------------------------------------------------------------------------------------------------
     @staticmethod
