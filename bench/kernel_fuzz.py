@@ -51,7 +51,8 @@ those programs) and gcc calls. ``--counters`` adds loops over an ``unsigned long
 word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1), by 1 or by 1
 to 4, the counter read in the body and, in a quarter, after the loop (refused). ``--pairs`` (implies ``--wide``)
 adds leaves that read x's words two at a time as ``unsigned long long`` or ``long long`` values (64-bit loads: the
-machine keeps them, and what is computed from them, as pairs of words: qwengpu.lowering.pairs). All nine are off by
+machine keeps them, and what is computed from them, as pairs of words: qwengpu.lowering.pairs), and ``(float)`` of
+64-bit expressions, signed and unsigned, read back as their bits (gcc's conversion rounds once, to nearest even). All nine are off by
 default, so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
@@ -355,6 +356,9 @@ class Generator:
         """An unsigned expression of 64-bit values: the low word, a shifted-down word, or a comparison."""
         a, b = self.wide_expr(depth), self.wide_expr(depth)
         cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
+        if self.pairs and self.rng.random() < 0.2:      # (float) of 64 bits, to nearest: its bits
+            self.features.add("(float) of 64 bits")
+            return self.pick([f"__float_as_uint((float)({a}))", f"__float_as_uint((float)(long long)({a}))"])
         return self.pick([f"(unsigned)({a})", f"(unsigned)({a} >> {int(self.rng.integers(1, 64))})",
                           f"(unsigned)({a} {cmp} {b})", f"(unsigned)((long long)({a}) {cmp} (long long)({b}))",
                           f"(unsigned)(({a}) % {int(self.rng.integers(1, 20))}ull)"])

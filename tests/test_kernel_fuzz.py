@@ -78,15 +78,16 @@ def test_64_bit_expressions_match_the_host_c_compiler():
 
 def test_64_bit_values_loaded_as_pairs_match_the_host_c_compiler():
     """--pairs: x's words read two at a time as unsigned long long / long long (qwengpu.lowering.pairs keeps them,
-    and what is computed from them, as pairs of words) in --wide's expressions, against gcc. Seed 29's 120 programs
-    hold one whose 64-bit register is also written by a 32-bit load on another path (the first version of the
-    stage read a second word there)."""
+    and what is computed from them, as pairs of words) in --wide's expressions, and (float) of them, against gcc.
+    Seed 38's 120 programs hold one whose 64-bit register is also written by a 32-bit load on another path (the
+    first version of the stage read a second word there)."""
     from qccl_bench.kernel_fuzz import fuzz
-    report = fuzz(120, seed=29, batch=120, pairs=True)
+    report = fuzz(120, seed=38, batch=120, pairs=True)
     assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
                                                  for case, got, want in report["mismatches"])
     assert report["internal_errors"] == [], report["internal_errors"]
-    assert report["ran"] >= 90 and report["features"]["64-bit load"] >= 60, (report["refused"], report["features"])
+    assert report["ran"] >= 110 and report["features"]["64-bit load"] >= 60 and \
+        report["features"]["(float) of 64 bits"] >= 20, (report["refused"], report["features"])
 
 
 def test_float_conversions_to_64_bits_match_the_host_c_compiler():

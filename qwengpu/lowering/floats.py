@@ -661,7 +661,8 @@ class _Rewriter:
                                       f".{mods[2]} may hold more than its low word, which is all a register of the "
                                       "machine holds: compute it as an int or unsigned")
                 # as a pair of words (lowering.pairs) its high word is there: the lowering tries again with it
-                error.high_words = frozenset({x.name}) if isinstance(x, Reg) and mods[0] in ("rn", "rz") \
+                source = inst.operands[1]       # (x may be the value it holds: _operands)
+                error.high_words = frozenset({source.name}) if isinstance(source, Reg) and mods[0] in ("rn", "rz") \
                     else frozenset()
                 raise error
             self._from_integer(dst, self.emit("cvt.u32.u64", x), signed=widened == "s", mode=mods[0])
