@@ -13,10 +13,10 @@ Per loop, on the interpreter (the circuit and the model write the same tokens): 
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
+from qccl_bench.cost_table import tabulate
 from qwengpu import Device
 
 SOURCE = r"""
@@ -55,18 +55,8 @@ def main(argv=None) -> int:
     parser.add_argument("--count", type=int, default=64, help="elements each loop covers (at most 100: memory)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    figures = {}
-    print(f"{'loop':12s} {'counter':8s} {'records':>8s} {'tokens':>8s} {'ratio':>6s}")
-    for loop in LOOPS:
-        base = None
-        for counter in ("int", "size_t"):
-            row = measure(loop, counter, args.count)
-            base = base or row["tokens"]
-            figures[f"{loop} {counter}"] = row
-            print(f"{loop:12s} {counter:8s} {row['records']:8d} {row['tokens']:8d} {row['tokens'] / base:6.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+    tabulate(LOOPS, ("int", "size_t"), lambda loop, counter: measure(loop, counter, args.count), ("loop", "counter"),
+             args.json)
     return 0
 
 

@@ -14,10 +14,10 @@ the ratio of the long long kernel's tokens to the int one's; each result is chec
 from __future__ import annotations
 
 import argparse
-import json
 
 import numpy as np
 
+from qccl_bench.cost_table import tabulate
 from qwengpu import Device
 
 SOURCE = r"""
@@ -83,18 +83,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
-    figures = {}
-    print(f"{'kernel':10s} {'type':10s} {'records':>8s} {'tokens':>8s} {'ratio':>6s}")
-    for kernel in ("increment", "sum", "scale", "maximum"):
-        base = None
-        for kind in TYPES:
-            row = measure(kernel, kind)
-            base = base or row["tokens"]
-            figures[f"{kernel} {kind}"] = row
-            print(f"{kernel:10s} {kind:10s} {row['records']:8d} {row['tokens']:8d} {row['tokens'] / base:6.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=1)
+    tabulate(("increment", "sum", "scale", "maximum"), TYPES, measure, ("kernel", "type"), args.json)
     return 0
 
 

@@ -45,15 +45,21 @@ class ArithmeticOps:
         return kinds.pop() if len(kinds) == 1 else None
 
     def _value_extension(self, value: Const | Affine) -> str | None:
-        """``_extension`` of a value known at launch (for a thread-index value, at every thread)."""
+        """``_extension`` of a value known at launch (for a thread-index value, at every thread): "u" where it
+        fits both."""
+        fits = self._value_extensions(value)
+        return "u" if "u" in fits else ("s" if fits else None)
+
+    def _value_extensions(self, value: Const | Affine) -> set:
+        """Each extension a value known at launch fits: "u" a word zero-extended (0 .. 2^32 - 1), "s" one
+        sign-extended (-2^31 .. 2^31 - 1; a constant is its 64 bits)."""
         if isinstance(value, Const):
             v = value.value
-            return "u" if v < (1 << 31) else ("u" if v < (1 << 32) else ("s" if v >= (1 << 64) - (1 << 31) else None))
-        # A 64-bit register's thread-index value is its value (a widening keeps one only where it is: transfer)
-        least, greatest = value.bounds(self.context.threads)
-        if 0 <= least and greatest < (1 << 32):
-            return "u"
-        return "s" if -(1 << 31) <= least and greatest < (1 << 31) else None
+            low, high = (v, v) if v < (1 << 63) else (v - (1 << 64), v - (1 << 64))
+        else:       # a 64-bit register's thread-index value is its value (a widening keeps one only where it is)
+            low, high = value.bounds(self.context.threads)
+        return {kind for kind, fits in (("u", 0 <= low and high < (1 << 32)),
+                                        ("s", -(1 << 31) <= low and high < (1 << 31))) if fits}
 
     def _alike(self, read) -> str | None:
         """The extension ("u" / "s") the two sources of a 64-bit compare, min or max share, so that the 32-bit op
@@ -61,14 +67,8 @@ class ArithmeticOps:
         index compared with a ``long`` size, ``while (i < size)``, reads a sign-extended word and a constant)."""
         def fitting(operand) -> set:
             value = read(operand)
-            if isinstance(value, Const):
-                v = value.value
-                return {k for k, fits in (("u", v < (1 << 32)), ("s", v < (1 << 31) or v >= (1 << 64) - (1 << 31)))
-                        if fits}
-            if isinstance(value, Affine):
-                least, greatest = value.bounds(self.context.threads)
-                return {k for k, fits in (("u", 0 <= least and greatest < (1 << 32)),
-                                          ("s", -(1 << 31) <= least and greatest < (1 << 31))) if fits}
+            if isinstance(value, (Const, Affine)):
+                return self._value_extensions(value)
             return {self._extension(read, operand)} - {None}
         first, second = (fitting(o) for o in sources(self.inst)[:2])
         common = first & second

@@ -41,7 +41,7 @@ from .transfer import evaluate, guard_value, make_reader, registers_read, source
 from .values import (DYNAMIC, LANE_SPECIAL, MASK32, SPECIAL, THREAD_INDEX, Affine, Const, Context, destination,
                      unsupported, width)
 from .warp import WarpOps
-from .semantics import bits_of, to_signed
+from .semantics import declared_bits, to_signed
 
 # Every function of two 0/1 atoms (a, b) that depends on both, as one ALU op on (a, b) and whether to negate it.
 TWO_ATOMS = {
@@ -244,8 +244,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
 
     def reg_bits(self, name: str) -> int:
         """The declared width of a register (by its name's prefix)."""
-        typ = self.kernel.registers.get(name.rstrip("0123456789")) or self.kernel.registers.get(name, "b32")
-        return 1 if typ == "pred" else bits_of(typ) or 32
+        return declared_bits(self.kernel.registers, name)
 
     # -- predicates ------------------------------------------------------------------------------------------------
     def predicate_field(self, pred: Predicate):

@@ -40,7 +40,7 @@ import dataclasses
 from ..isa import MachineError
 from ..ptx import Imm, Instruction, Kernel, Label, Mem, Reg
 from .pointers import address_registers
-from .semantics import bits_of, types
+from .semantics import bits_of, declared_bits, types
 from .transfer import registers_read, sources
 from .values import destination, signed, width
 
@@ -84,25 +84,27 @@ class _Pairs:
 
     # -- which registers are pairs ------------------------------------------------------------------------------
     def wide(self, name: str) -> bool:
-        typ = self.kernel.registers.get(name.rstrip("0123456789")) or self.kernel.registers.get(name, "")
-        return bits_of(typ) == 64
+        return declared_bits(self.kernel.registers, name) == 64
 
     def _find(self) -> set[str]:
         """The 64-bit registers loaded from memory, and those computed from them by the instructions of PAIRED."""
         pairs = {inst.operands[0].name for inst in self.insts if _wide_access(inst) and inst.base == "ld"
                  and inst.operands[0].name not in self.addresses} | (self.seeds - self.addresses)
+        return self._forward(pairs, lambda inst, dst: dst not in self.addresses and inst.base in PAIRED
+                             and self.wide(dst) and "wide" not in inst.modifiers)
+
+    def _forward(self, found: set, admits) -> set:
+        """``found`` and every register an instruction ``admits(inst, dst)`` writes from one of them, to a fixed
+        point (flow-insensitive: any instruction of the body)."""
         changed = True
         while changed:
             changed = False
             for inst in self.insts:
                 dst = destination(inst)
-                if (dst is None or dst in pairs or dst in self.addresses or inst.base not in PAIRED
-                        or not self.wide(dst) or "wide" in inst.modifiers):
-                    continue
-                if any(getattr(o, "name", None) in pairs for o in sources(inst)):
-                    pairs.add(dst)
+                if dst is not None and dst not in found and registers_read(inst) & found and admits(inst, dst):
+                    found.add(dst)
                     changed = True
-        return pairs
+        return found
 
     def _check_no_loaded_pointer(self) -> None:
         """A memory access whose address comes from a 64-bit value loaded and not from a pointer parameter or an
@@ -111,16 +113,8 @@ class _Pairs:
         based = {i.operands[0].name for i in self.insts if (i.base == "ld" and "param" in i.modifiers) or (
             i.base in ("mov", "cvta") and isinstance(i.operands[1], Label))}
         loaded = {i.operands[0].name for i in self.insts if _wide_access(i) and i.base == "ld"}
-        for found, through in ((based, ("add", "sub", "mov", "cvta", "selp")), (loaded, None)):
-            changed = True
-            while changed:
-                changed = False
-                for inst in self.insts:
-                    dst = destination(inst)
-                    if dst is not None and dst not in found and self.wide(dst) and inst.base != "ld" and (
-                            through is None or inst.base in through) and registers_read(inst) & found:
-                        found.add(dst)
-                        changed = True
+        self._forward(based, lambda inst, dst: self.wide(dst) and inst.base in ("add", "sub", "mov", "cvta", "selp"))
+        self._forward(loaded, lambda inst, dst: self.wide(dst) and inst.base != "ld")
         for inst in self.insts:
             if inst.base in ("ld", "st", "atom", "red") and "param" not in inst.modifiers:
                 mem = next(o for o in inst.operands if isinstance(o, Mem))
@@ -135,16 +129,7 @@ class _Pairs:
         with a 64-bit result but a load or an atomic: a loaded value is not computed from its address)."""
         found = {i.operands[0].name for i in self.insts if i.base == "ld" and "param" in i.modifiers
                  and width(i) == 64 and isinstance(i.operands[0], Reg)}
-        changed = True
-        while changed:
-            changed = False
-            for inst in self.insts:
-                dst = destination(inst)
-                if dst is not None and dst not in found and width(inst) == 64 and inst.base not in ("ld", "atom") \
-                        and registers_read(inst) & found:
-                    found.add(dst)
-                    changed = True
-        return found
+        return self._forward(found, lambda inst, dst: width(inst) == 64 and inst.base not in ("ld", "atom"))
 
     # -- emission -----------------------------------------------------------------------------------------------
     def temp(self, prefix: str) -> Reg:

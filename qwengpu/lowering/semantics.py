@@ -24,6 +24,13 @@ def bits_of(mod: str) -> int | None:
     return None
 
 
+def declared_bits(registers: dict, name: str) -> int:
+    """A register's declared width, by its name's prefix (``%rd7``: ``%rd``'s ``.b64``); 1 for a predicate, 32
+    where the kernel declares none (a special register) or a float type."""
+    typ = registers.get(name.rstrip("0123456789")) or registers.get(name, "b32")
+    return 1 if typ == "pred" else bits_of(typ) or 32
+
+
 def types(inst: Instruction) -> list[str]:
     """The type modifiers in order: ['u32'] for add.u32, ['u64', 'u32'] for cvt.u64.u32."""
     return [m for m in inst.modifiers if bits_of(m) is not None or m == "pred"]
