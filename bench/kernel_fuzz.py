@@ -52,8 +52,12 @@ word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum o
 to 4, the counter read in the body and, in a quarter, after the loop (refused). ``--pairs`` (implies ``--wide``)
 adds leaves that read x's words two at a time as ``unsigned long long`` or ``long long`` values (64-bit loads: the
 machine keeps them, and what is computed from them, as pairs of words: qwengpu.lowering.pairs), and ``(float)`` of
-64-bit expressions, signed and unsigned, read back as their bits (gcc's conversion rounds once, to nearest even). All nine are off by
-default, so a seed's programs stay what they were.
+64-bit expressions, signed and unsigned, read back as their bits (gcc's conversion rounds once, to nearest even).
+``--bits`` (implies ``--pairs``) adds the bit counts of 64-bit expressions (``__popcll``, ``__clzll``, ``__ffsll``,
+``__brevll``: gcc's builtins, a loop for the reversal) and, with ``--atomics``, 64-bit atomics in the block
+programs' atomics phase (add, and, or, xor, exch, cas, min and max unsigned and signed, on ``sh`` read as four
+``unsigned long long``, their old values kept). All ten are off by default, so a seed's programs stay what they
+were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
@@ -104,8 +108,9 @@ class Generator:
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
                  wide: bool = False, arith: bool = False, fma: bool = False, calls: bool = False,
-                 counters: bool = False, pairs: bool = False):
+                 counters: bool = False, pairs: bool = False, bits: bool = False):
         self.rng = rng
+        self.bits = bits            # 64-bit bit counts; with atomics, 64-bit atomics in the atomics phase
         self.pairs = pairs          # 64-bit leaves may be x's words read two at a time
         self.counters = counters    # statements may be loops over an unsigned long long counter
         self.calls = calls      # expressions may call __noinline__ functions (qwengpu.inline inlines them)
@@ -356,6 +361,11 @@ class Generator:
         """An unsigned expression of 64-bit values: the low word, a shifted-down word, or a comparison."""
         a, b = self.wide_expr(depth), self.wide_expr(depth)
         cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
+        if self.bits and self.rng.random() < 0.25:
+            self.features.add("64-bit bit count")
+            return self.pick([f"(unsigned)__popcll({a})", f"(unsigned)__clzll((long long)({a}))",
+                              f"(unsigned)__ffsll((long long)({a}))",
+                              f"(unsigned)(__brevll({a}) >> {int(self.rng.integers(0, 64))})"])
         if self.pairs and self.rng.random() < 0.2:      # (float) of 64 bits, to nearest: its bits
             self.features.add("(float) of 64 bits")
             return self.pick([f"__float_as_uint((float)({a}))", f"__float_as_uint((float)(long long)({a}))"])
@@ -460,11 +470,20 @@ class Generator:
         first += [self.statement() for _ in range(int(self.rng.integers(0, 3)))]
         first.append(f"sh[tid] = {self.expr(1)};")
         phases = [" ".join(first)]
-        if self.rng.random() < 0.4:
+        if self.rng.random() < (0.8 if self.bits and self.atomics else 0.4):
             # The atomics' condition, index and value read no shared word: other threads are adding to them (a
             # race on a GPU too).
             if not self.atomics:
                 phases.append(f"if ({self.expr(2)} & 1u) atomicAdd(&sh[{self.expr(2)} % NT], {self.expr(2)});")
+            elif self.bits and self.rng.random() < 0.75:
+                # sh as four unsigned long long (NT / 2 of them used: every block program has 5 to 8 threads)
+                fn = self.pick(["add", "and", "or", "xor", "exch", "cas", "min", "max", "min_s", "max_s"])
+                self.features.add("64-bit atomic")
+                args = f"{self.wide_expr(2)}, {self.wide_expr(2)}" if fn == "cas" else self.wide_expr(2)
+                var = self.pick(["v0", "v1", "v2", "v3"])
+                shift = self.pick([0, 32, int(self.rng.integers(1, 64))])
+                phases.append(f"if ({self.expr(2)} & 1u) {var} = (unsigned)(atomic64_{fn}((unsigned long long *)sh "
+                              f"+ {self.expr(2)} % (NT / 2u), {args}) >> {shift});")
             else:
                 # Every atomic, its old value kept: the machine's order (warps in turn, lanes in order) is the C
                 # reference's thread order.
@@ -485,13 +504,30 @@ class Generator:
 CUDA_CANON = "__device__ __forceinline__ float canon(float f) { return f != f ? __int_as_float(0x7fffffff) : f; }\n"
 
 
+# --bits --atomics: the 64-bit atomics under names of their own, which the C reference defines too.
+CUDA_ATOMICS64 = "".join(
+    f"__device__ __forceinline__ unsigned long long atomic64_{name}(unsigned long long *p, {params}) "
+    f"{{ return (unsigned long long){call}; }}\n" for name, params, call in [
+        ("add", "unsigned long long v", "atomicAdd(p, v)"), ("and", "unsigned long long v", "atomicAnd(p, v)"),
+        ("or", "unsigned long long v", "atomicOr(p, v)"), ("xor", "unsigned long long v", "atomicXor(p, v)"),
+        ("exch", "unsigned long long v", "atomicExch(p, v)"),
+        ("cas", "unsigned long long c, unsigned long long v", "atomicCAS(p, c, v)"),
+        ("min", "unsigned long long v", "atomicMin(p, v)"), ("max", "unsigned long long v", "atomicMax(p, v)"),
+        ("min_s", "unsigned long long v", "atomicMin((long long *)p, (long long)v)"),
+        ("max_s", "unsigned long long v", "atomicMax((long long *)p, (long long)v)")])
+
+
 def cuda_source(body: str, phases: tuple[str, ...] = (), functions: tuple[str, ...] = ()) -> str:
-    prelude = CUDA_CANON if "canon(" in body + "".join(phases) + "".join(functions) else ""
+    text = body + "".join(phases) + "".join(functions)
+    prelude = CUDA_CANON if "canon(" in text else ""
+    prelude += CUDA_ATOMICS64 if "atomic64_" in text else ""
     prelude += "".join(f"__device__ __noinline__ {f}\n" for f in functions)
     if phases:
+        # aligned for the 64-bit atomics (a GPU's 64-bit access needs an address of 8 bytes' alignment)
+        align = "__align__(8) " if "atomic64_" in text else ""
         return (prelude + '#define NT blockDim.x\n'
                 'extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
-                '  __shared__ unsigned sh[8];\n  const unsigned tid = threadIdx.x;\n  '
+                f'  __shared__ {align}unsigned sh[8];\n  const unsigned tid = threadIdx.x;\n  '
                 + "\n  __syncthreads();\n  ".join(phases) + "\n}\n")
     return (prelude + 'extern "C" __global__ void k(int *out, const int *x, int s0, int s1) {\n'
             '  const unsigned tid = threadIdx.x;\n  ' + body + "\n}\n")
@@ -541,12 +577,32 @@ static unsigned atomicCAS(unsigned *p, unsigned c, unsigned v) { unsigned o = *p
 static unsigned atomicInc(unsigned *p, unsigned v) { unsigned o = *p; *p = o >= v ? 0u : o + 1u; return o; }
 static unsigned atomicDec(unsigned *p, unsigned v) {
   unsigned o = *p; *p = (o == 0u || o > v) ? v : o - 1u; return o; }
+typedef unsigned long long u64;
+static u64 atomic64_add(u64 *p, u64 v) { u64 o = *p; *p = o + v; return o; }
+static u64 atomic64_and(u64 *p, u64 v) { u64 o = *p; *p = o & v; return o; }
+static u64 atomic64_or(u64 *p, u64 v) { u64 o = *p; *p = o | v; return o; }
+static u64 atomic64_xor(u64 *p, u64 v) { u64 o = *p; *p = o ^ v; return o; }
+static u64 atomic64_exch(u64 *p, u64 v) { u64 o = *p; *p = v; return o; }
+static u64 atomic64_cas(u64 *p, u64 c, u64 v) { u64 o = *p; if (o == c) *p = v; return o; }
+static u64 atomic64_min(u64 *p, u64 v) { u64 o = *p; *p = o < v ? o : v; return o; }
+static u64 atomic64_max(u64 *p, u64 v) { u64 o = *p; *p = o > v ? o : v; return o; }
+static u64 atomic64_min_s(u64 *p, u64 v) { u64 o = *p; *p = (long long)o < (long long)v ? o : v; return o; }
+static u64 atomic64_max_s(u64 *p, u64 v) { u64 o = *p; *p = (long long)o > (long long)v ? o : v; return o; }
+"""
+
+
+# --bits: CUDA's 64-bit bit counts, from gcc's builtins (clz and ffs of 0 as CUDA defines them: 64 and 0).
+C_BITS = """static int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
+static int __ffsll(long long x) { return __builtin_ffsll(x); }
+static unsigned long long __brevll(unsigned long long x) {
+  unsigned long long r = 0; int i; for (i = 0; i < 64; i++) r |= ((x >> i) & 1ull) << (63 - i); return r; }
 """
 
 
 def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     """Every case's out[] computed by the host C compiler, threads one after another."""
-    parts = [C_PRELUDE, C_FLOATS, C_ATOMICS]
+    parts = [C_PRELUDE, C_FLOATS, C_ATOMICS, C_BITS]
     keep = "V[tid][0] = v0; V[tid][1] = v1; V[tid][2] = v2; V[tid][3] = v3;"
     restore = "unsigned v0 = V[tid][0], v1 = V[tid][1], v2 = V[tid][2], v3 = V[tid][3];"
     for i, case in enumerate(cases):
@@ -565,7 +621,7 @@ def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
             leave = keep if k < len(case.phases) - 1 else ""
             parts.append(f"static void p{i}_{k}(unsigned tid, int *out, const int *x, int s0, int s1, unsigned NT, "
                          f"unsigned *sh, unsigned (*V)[4]) {{ {enter} {phase} {leave} }}\n")
-    parts.append("int main(void) { int out[16]; int x[8]; int s0, s1, t; unsigned n; unsigned sh[8]; "
+    parts.append("int main(void) { int out[16]; int x[8]; int s0, s1, t; unsigned n; _Alignas(8) unsigned sh[8]; "
                  "unsigned V[8][4];\n")
     for i, case in enumerate(cases):
         if case.phases:
@@ -604,8 +660,9 @@ def int_arg(v: int) -> str:
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
               floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False,
-              calls: bool = False, counters: bool = False, pairs: bool = False) -> Case:
-    gen = Generator(rng, narrow, atomics, floats, wide or pairs, arith, fma, calls, counters, pairs)
+              calls: bool = False, counters: bool = False, pairs: bool = False, bits: bool = False) -> Case:
+    gen = Generator(rng, narrow, atomics, floats, wide or pairs or bits, arith, fma, calls, counters, pairs or bits,
+                    bits)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -722,13 +779,14 @@ def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
          arith: bool = False, time_limit: float | None = None, fma: bool = False, calls: bool = False,
-         counters: bool = False, pairs: bool = False) -> dict:
+         counters: bool = False, pairs: bool = False, bits: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
     ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``; ``fma``:
     with them fmaf(a, b, c), rounded once, against libm's; ``calls``: calls of __noinline__ functions;
-    ``counters``: loops over unsigned long long counters; ``pairs``: x's words read as 64-bit values); returns
+    ``counters``: loops over unsigned long long counters; ``pairs``: x's words read as 64-bit values; ``bits``: with
+    them 64-bit bit counts, and with ``atomics`` 64-bit atomics); returns
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
     div, rcp, sqrt, an int / unsigned conversion, a call, a call NVRTC kept), the mismatches and the internal errors
     (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted and the
@@ -744,7 +802,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters, pairs)
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters, pairs, bits)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -821,11 +879,15 @@ def main(argv=None) -> int:
     parser.add_argument("--pairs", action="store_true",
                         help="with --wide (implied): x's words read two at a time as unsigned long long / long long "
                              "values (64-bit loads, kept as pairs of words)")
+    parser.add_argument("--bits", action="store_true",
+                        help="with --pairs (implied): __popcll, __clzll, __ffsll and __brevll of 64-bit expressions; "
+                             "with --atomics also 64-bit atomics in the block programs' atomics phase")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
                   atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith or args.fma, fma=args.fma,
-                  calls=args.calls, counters=args.counters, pairs=args.pairs, time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
+                  calls=args.calls, counters=args.counters, pairs=args.pairs, bits=args.bits,
+                  time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
                   else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "

@@ -90,6 +90,21 @@ def test_64_bit_values_loaded_as_pairs_match_the_host_c_compiler():
         report["features"]["(float) of 64 bits"] >= 20, (report["refused"], report["features"])
 
 
+def test_64_bit_atomics_and_bit_counts_match_the_host_c_compiler():
+    """--bits --atomics: __popcll, __clzll, __ffsll and __brevll of 64-bit expressions, and in block programs
+    64-bit atomics (add, and, or, xor, exch, cas, min / max signed and unsigned) on shared words, their old values
+    kept, against gcc running the threads in order (the machine's lane order). Seed 43's 60 programs fail with an
+    add's carry into the high word dropped, or with a clz of a nonzero high word off by one (the unit tests in
+    test_pairs.py check each atomic and count on its own)."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(60, seed=43, batch=60, shared=1.0, atomics=True, bits=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.phases}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    assert report["ran"] >= 55 and report["features"]["64-bit atomic"] >= 25 and \
+        report["features"]["64-bit bit count"] >= 20, (report["refused"], report["features"])
+
+
 def test_float_conversions_to_64_bits_match_the_host_c_compiler():
     """--floats --wide: (long long)x, llrintf(x) and (unsigned long long)x of floats clamped into range (C leaves
     the rest undefined), read back as their low word, beside 64-bit expressions; seed 21's 60 programs hold 22

@@ -1,8 +1,9 @@
 """64-bit integers in memory and the values computed from them (qwengpu.lowering.pairs): ``long long`` / ``size_t`` /
 ``uint64_t`` arrays as two words each, low word first, and loaded values kept as pairs of words through add, sub,
 mul, logic, shifts, compares, min / max; checked against numpy's int64 / uint64 (a GPU's little-endian layout and
-64-bit arithmetic, wrapping as it does); ``atomicAdd`` on an ``unsigned long long`` across the low word's carry; and
-what the machine cannot keep (a 64-bit atomic's old value, pointers in memory) refused by name."""
+64-bit arithmetic, wrapping as it does); ``atomicAdd`` on an ``unsigned long long`` across the low word's carry, and
+the other 64-bit atomics and their old values against a replay in the lanes' order; ``__popcll`` and its kin against
+Python's integers; and what the machine cannot keep (pointers in memory) refused by name."""
 from __future__ import annotations
 
 import re
@@ -457,6 +458,10 @@ extern "C" __global__ void to_float(const long long *x, float *f, float *g, floa
     f[i] = (float)x[i];
     g[i] = (float)(unsigned long long)x[i];
     z[i] = __ll2float_rz(x[i]);
+    z[i + 4] = __ll2float_rd(x[i]);
+    z[i + 8] = __ll2float_ru(x[i]);
+    z[i + 12] = __ull2float_rd((unsigned long long)x[i]);
+    z[i + 16] = __ull2float_ru((unsigned long long)x[i]);
 }
 
 extern "C" __global__ void mean(const int *x, float *out, int n)
@@ -468,16 +473,16 @@ extern "C" __global__ void mean(const int *x, float *out, int n)
 """
 
 
-def rounded(n: int, toward_zero: bool = False) -> float:
-    """n as float32: its 24 leading bits, rounded to nearest even (or toward zero), exactly (numpy's conversion of
-    a uint64 may round twice, through a double)."""
+def rounded(n: int, mode: str = "rn") -> float:
+    """n as float32: its 24 leading bits, rounded to nearest even, toward zero ("rz"), down ("rm") or up ("rp"),
+    exactly (numpy's conversion of a uint64 may round twice, through a double)."""
     magnitude, sign = abs(n), -1 if n < 0 else 1
     shift = max(0, magnitude.bit_length() - 24)
     kept, rest = magnitude >> shift, magnitude - (magnitude >> shift << shift)
     half = 1 << shift >> 1
-    if not toward_zero and shift and (rest > half or rest == half and kept & 1):
-        kept += 1
-    return float(np.float32(sign * (kept << shift)))        # at most 25 bits: exact through a double
+    away = {"rn": shift and (rest > half or rest == half and kept & 1), "rz": False,
+            "rm": rest > 0 and sign < 0, "rp": rest > 0 and sign > 0}[mode]
+    return float(np.float32(sign * (kept + away << shift)))        # at most 25 bits: exact through a double
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -486,12 +491,16 @@ def test_a_long_long_converted_to_float_rounds_once(seed):
                       (2**24 + 1) << 30, ((2**24 + 3) << 30) + 1, -((2**24 + 1) << 30), 0x7FFFFF8000000000], np.int64)
     x = np.random.default_rng(seed).choice(edges, 4, replace=False)
     dev = Device()
-    px, f, g, z = dev.alloc(8), dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    px, f, g, z = dev.alloc(8), dev.alloc(4), dev.alloc(4), dev.alloc(20)
     dev.write(px, x.view(np.uint32))
     dev.launch(dev.load_kernel(TO_FLOAT, "to_float"), threads=4, args=[px, f, g, z])
-    floats = [dev.read(p, 4).view(np.float32).tolist() for p in (f, g, z)]
-    assert floats == [[rounded(int(v)) for v in x], [rounded(int(v)) for v in x.view(np.uint64)],
-                      [rounded(int(v), toward_zero=True) for v in x]]
+    floats = [dev.read(p, 4).view(np.float32).tolist() for p in (f, g)] + \
+        dev.read(z, 20).view(np.float32).reshape(5, 4).tolist()
+    unsigned = x.view(np.uint64)
+    assert floats == [[rounded(int(v)) for v in x], [rounded(int(v)) for v in unsigned],
+                      [rounded(int(v), "rz") for v in x], [rounded(int(v), "rm") for v in x],
+                      [rounded(int(v), "rp") for v in x], [rounded(int(v), "rm") for v in unsigned],
+                      [rounded(int(v), "rp") for v in unsigned]]
 
 
 def test_the_mean_of_a_long_long_sum():
@@ -505,32 +514,25 @@ def test_the_mean_of_a_long_long_sum():
 
 
 REFUSED = r"""
-extern "C" __global__ void old_value(unsigned long long *c, unsigned long long *o)
-{ o[threadIdx.x] = atomicAdd(c, 1ULL); }
-extern "C" __global__ void maximum(unsigned long long *c) { atomicMax(c, (unsigned long long)threadIdx.x); }
 extern "C" __global__ void store_pointer(int **p, int *x) { p[threadIdx.x] = x + threadIdx.x; }
 extern "C" __global__ void load_pointer(int **p) { int *q = p[0]; q[threadIdx.x] = 7; }
 extern "C" __global__ void store_size(unsigned long long *out, unsigned long long n) { out[threadIdx.x] = n + 1; }
-// (float) of a 64-bit value rounded down or up (__ll2float_rd / _ru): only to nearest and toward zero are built
-extern "C" __global__ void to_float(float *out, const int *w)
-{ out[threadIdx.x] = __ll2float_rd((long long)w[0] * w[1] + 1); }
+extern "C" __global__ void exchange_size(unsigned long long *out, unsigned long long n) { atomicExch(out, n + 1); }
 """
 
 
 @pytest.mark.parametrize("name, args, message", [
-    ("to_float", 2, r"\(float\) of a 64-bit integer runs where every write of it widens a 32-bit value"),
-    ("old_value", 2, "an atomic add's old value is not supported"),
-    ("maximum", 1, "a 64-bit atomic other than an add is not supported"),
     ("store_pointer", 2, "computed from a 64-bit kernel parameter, which may be a pointer"),
     ("load_pointer", 1, "comes from a 64-bit value loaded from memory, not from a pointer argument or an array"),
     ("store_size", 2, "computed from a 64-bit kernel parameter, which may be a pointer"),
+    ("exchange_size", 2, "computed from a 64-bit kernel parameter, which may be a pointer"),
 ])
 def test_what_two_words_cannot_hold_is_refused_by_name(name, args, message):
     dev = Device()
     pointers = [dev.alloc(8) for _ in range(args)]
     with pytest.raises(MachineError, match=message):
         dev.launch(dev.load_kernel(REFUSED, name), threads=4,
-                   args=pointers if name != "store_size" else pointers[:1] + [5])
+                   args=pointers if not name.endswith("_size") else pointers[:1] + [5])
     assert dev.read(0, 8 * args).tolist() == [0] * 8 * args
 
 
@@ -546,3 +548,197 @@ def test_the_circuit_writes_the_interpreters_tokens_for_a_pair_s_carry():
 
     (values, stream), (ref_values, ref_stream) = tokens("circuit"), tokens("interpreter")
     assert values == ref_values == [2**32, 0, 8, 2**33] and stream == ref_stream and len(stream) > 100
+
+
+BITS = r"""
+extern "C" __global__ void counts(const unsigned long long *x, unsigned *out, unsigned long long *reversed)
+{
+    int i = threadIdx.x;
+    unsigned long long v = x[i];
+    unsigned u, s, amount;
+    asm("bfind.u64 %0, %1;" : "=r"(u) : "l"(v));
+    asm("bfind.s64 %0, %1;" : "=r"(s) : "l"(v));
+    asm("bfind.shiftamt.u64 %0, %1;" : "=r"(amount) : "l"(v));
+    out[7 * i + 0] = __popcll(v);
+    out[7 * i + 1] = __clzll(v);
+    out[7 * i + 2] = __ffsll(v);
+    out[7 * i + 3] = u;
+    out[7 * i + 4] = s;
+    out[7 * i + 5] = amount;
+    out[7 * i + 6] = __popcll((unsigned long long)(unsigned)i * 0x9E3779B9u * 0xFFFFFFu);
+    reversed[i] = __brevll(v);
+}
+"""
+
+
+def _bfind(v: int) -> int:
+    return v.bit_length() - 1 if v else 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("values", [[0, 1, 2**63, 2**64 - 1], [2**32, 2**32 - 1, 0x8000000000000001, 0x123456789ABCDEF0],
+                                    [2**63 - 1, 0xFFFFFFFF00000000, 3 << 40, 0x00000001FFFFFFFE]])
+def test_bit_counts_of_64_bit_values(values):
+    """__popcll, __clzll, __ffsll (NVRTC: 64 - clz(x & -x)), __brevll and PTX's bfind .u64 / .s64 / .shiftamt of
+    loaded values, and popc of a product of words (refused in one word, then lowered again as a pair), against
+    Python's integers."""
+    dev = Device()
+    x, out, rev = dev.alloc(8), dev.alloc(28), dev.alloc(8)
+    dev.write(x, np.array(values, np.uint64).view(np.uint32))
+    dev.launch(dev.load_kernel(BITS, "counts"), threads=4, args=[x, out, rev])
+    got = dev.read(out, 28).view(np.uint32).reshape(4, 7).tolist()
+    for i, v in enumerate(values):
+        signed_v = v - 2**64 if v >> 63 else v
+        assert got[i] == [bin(v).count("1"), 64 - v.bit_length(), (v & -v).bit_length(), _bfind(v),
+                          _bfind(signed_v ^ (signed_v >> 63)),
+                          63 - _bfind(v) if v else 0xFFFFFFFF, bin(i * 0x9E3779B9 * 0xFFFFFF).count("1")]
+    assert words(dev, rev, 4, np.uint64).tolist() == [int(f"{v:064b}"[::-1], 2) for v in values]
+
+
+ATOMICS = r"""
+extern "C" __global__ void tickets(unsigned long long *counter, const unsigned long long *step,
+                                   unsigned long long *old, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) old[i] = atomicAdd(counter, step[i]);
+}
+
+extern "C" __global__ void words_at_once(unsigned long long *w, const unsigned long long *v, unsigned long long *old)
+{
+    int i = threadIdx.x;
+    old[4 * i + 0] = atomicOr(w + 0, v[i]);
+    old[4 * i + 1] = atomicAnd(w + 1, ~v[i]);
+    old[4 * i + 2] = atomicXor(w + 2, v[i]);
+    old[4 * i + 3] = atomicExch(w + 3, v[i]);
+    atomicOr(w + 4, v[i] << 1);         // the old values not read: two atomics of words
+    atomicExch(w + 5, ~v[i]);
+    atomicAnd(w + 6, v[i] | 1);
+}
+
+extern "C" __global__ void extremes(long long *s, unsigned long long *u, const long long *v, long long *old_s,
+                                    unsigned long long *old_u)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    old_s[2 * i] = atomicMin(s, v[i]);
+    old_s[2 * i + 1] = atomicMax(s + 1, v[i]);
+    old_u[2 * i] = atomicMin(u, (unsigned long long)v[i]);
+    if (v[i] & 1) old_u[2 * i + 1] = atomicMax(u + 1, (unsigned long long)v[i]);
+}
+
+// the compare-and-swap loop of a 64-bit add (how CUDA's guide builds atomics it lacks)
+extern "C" __global__ void cas_add(unsigned long long *sum, const unsigned long long *v, unsigned *tries)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long old = *sum, assumed;
+    unsigned n = 0;
+    do {
+        assumed = old;
+        old = atomicCAS(sum, assumed, assumed + v[i]);
+        n++;
+    } while (assumed != old);
+    tries[i] = n;
+}
+
+// an argmax packed in one 64-bit word: a non-negative float's bits above its index
+extern "C" __global__ void argmax(const float *x, unsigned long long *best, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicMax(best, ((unsigned long long)__float_as_uint(x[i]) << 32) | (unsigned)i);
+}
+"""
+U64 = 2**64 - 1
+
+
+def _replay(start: int, values: list, op, signed: bool = False) -> tuple[list, int]:
+    """The old values and the end value of atomics applied one after the other, in thread order (unsigned 64-bit
+    words wrap; signed ones are compared only)."""
+    olds, word = [], start
+    for v in values:
+        olds.append(word)
+        word = op(word, v) if signed else op(word, v) & U64
+    return olds, word
+
+
+@pytest.mark.parametrize("start", [0, 2**32 - 5, 2**64 - 9])
+def test_a_64_bit_atomic_add_returns_the_old_value(start):
+    """Each thread's old value and the sum against the adds replayed in thread order (lanes in order, warps and
+    blocks one after another: one of the orders a GPU may take), across the low word's carry and the wrap."""
+    rng = np.random.default_rng(start % 97)
+    steps = [3, 2**32 - 1, 1, 2**40 + 7, 2**63, 5] + [int(v) for v in rng.integers(0, 2**62, 4, dtype=np.int64)]
+    dev = Device()
+    counter, step, old = dev.alloc(2), dev.alloc(20), dev.alloc(20)
+    dev.write(counter, np.array([start], np.uint64).view(np.uint32))
+    dev.write(step, np.array(steps, np.uint64).view(np.uint32))
+    dev.launch(dev.load_kernel(ATOMICS, "tickets"), threads=4, blocks=3, args=[counter, step, old, 10])
+    olds, end = _replay(start, steps, lambda a, b: a + b)
+    assert words(dev, old, 10, np.uint64).tolist() == olds
+    assert int(words(dev, counter, 1, np.uint64)[0]) == end
+
+
+def test_64_bit_or_and_xor_exch_return_old_values():
+    """With their old values read (taking turns, but xor) and without (two atomics of words), against the replay in
+    thread order."""
+    v = [0x8000000100000001, 0x00000003FFFF0000, 0xFFFFFFFF00000000, 0x0000000000000002]
+    start = [0x10, U64, 0x123456789ABCDEF0, 0x7, 0x5, 0x6, U64]
+    dev = Device()
+    w, pv, old = dev.alloc(14), dev.alloc(8), dev.alloc(32)
+    dev.write(w, np.array(start, np.uint64).view(np.uint32))
+    dev.write(pv, np.array(v, np.uint64).view(np.uint32))
+    dev.launch(dev.load_kernel(ATOMICS, "words_at_once"), threads=4, args=[w, pv, old])
+    got = words(dev, old, 16, np.uint64).reshape(4, 4).T.tolist()
+    ends = []
+    for k, op in enumerate([lambda a, b: a | b, lambda a, b: a & ~b, lambda a, b: a ^ b, lambda a, b: b,
+                            lambda a, b: a | b << 1, lambda a, b: ~b, lambda a, b: a & (b | 1)]):
+        olds, end = _replay(start[k], v, op)
+        if k < 4:
+            assert got[k] == olds
+        ends.append(end)
+    assert words(dev, w, 7, np.uint64).tolist() == ends
+
+
+def test_64_bit_min_and_max_take_turns():
+    """atomicMin / atomicMax of long longs (signed high words) and unsigned long longs, one under a branch only odd
+    values take, against the replay in thread order; values that differ only in the low word, or only in the sign."""
+    v = [5, -3, 2**40 + 1, 2**40, -2**63, 2**63 - 1, -(2**32), 2**32 - 1]
+    dev = Device()
+    s, u, pv, old_s, old_u = dev.alloc(4), dev.alloc(4), dev.alloc(16), dev.alloc(32), dev.alloc(32)
+    dev.write(s, np.array([0, 0], np.int64).view(np.uint32))
+    dev.write(u, np.array([2**63, 7], np.uint64).view(np.uint32))
+    dev.write(pv, np.array(v, np.int64).view(np.uint32))
+    dev.launch(dev.load_kernel(ATOMICS, "extremes"), threads=4, blocks=2, args=[s, u, pv, old_s, old_u])
+    unsigned = [x & U64 for x in v]
+    signed_olds = [_replay(0, v, f, signed=True) for f in (min, max)]
+    unsigned_min = _replay(2**63, unsigned, min)
+    odd = [x for x in unsigned if x & 1]
+    unsigned_max = _replay(7, odd, max)
+    got_s = words(dev, old_s, 16, np.int64).reshape(8, 2).T.tolist()
+    got_u = words(dev, old_u, 16, np.uint64).reshape(8, 2).T.tolist()
+    assert got_s == [signed_olds[0][0], signed_olds[1][0]]
+    assert got_u[0] == unsigned_min[0]
+    assert [got_u[1][i] for i, x in enumerate(unsigned) if x & 1] == unsigned_max[0]
+    assert [got_u[1][i] for i, x in enumerate(unsigned) if not x & 1] == [0] * (8 - len(odd))
+    assert words(dev, s, 2, np.int64).tolist() == [min(v), max(v)]
+    assert words(dev, u, 2, np.uint64).tolist() == [min(unsigned), max(odd)]
+
+
+def test_a_compare_and_swap_loop_adds_64_bit_values():
+    """The guide's CAS loop: every thread's add lands once (the sum across the carry), and the lanes that lost a
+    turn tried again: the tries of a warp's lanes are 1, 2, 3, 4 in lane order, as their turns come, but where a
+    lane adds 0: the value it leaves is the one the next lane expects, whose swap then holds on the same try."""
+    v = [2**32 - 1, 1, 2**33, 5, 2**63, 7, 0, 2**32]
+    dev = Device()
+    total, pv, tries = dev.alloc(2), dev.alloc(16), dev.alloc(8)
+    dev.write(total, np.array([2**64 - 2], np.uint64).view(np.uint32))
+    dev.write(pv, np.array(v, np.uint64).view(np.uint32))
+    dev.launch(dev.load_kernel(ATOMICS, "cas_add"), threads=4, blocks=2, args=[total, pv, tries])
+    assert int(words(dev, total, 1, np.uint64)[0]) == (2**64 - 2 + sum(v)) % 2**64
+    assert dev.read(tries, 8).tolist() == [1, 2, 3, 4, 1, 2, 3, 3]
+
+
+def test_an_argmax_packed_in_a_64_bit_atomic_max():
+    x = np.array([0.5, 3.25, 1e-30, 3.25, 0.0, 2.0, 7.5e3, 1.0, 7.5e3, 4.0], np.float32)
+    dev = Device()
+    px, best = dev.alloc(10), dev.alloc(2)
+    dev.write(px, x)
+    dev.launch(dev.load_kernel(ATOMICS, "argmax"), threads=4, blocks=3, args=[px, best, 10])
+    lo, hi = dev.read(best, 2).view(np.uint32).tolist()
+    assert np.uint32(hi).view(np.float32) == x.max() and lo == 8      # the larger index of two equal maxima

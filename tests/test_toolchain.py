@@ -269,7 +269,7 @@ extern "C" __global__ void total(unsigned long long *sum, int *x)
 {
     int i = threadIdx.x;
     int v = x[i] * 3;
-    x[i] = (int)atomicAdd(sum, (unsigned long long)v);
+    x[i] = (int)rsqrtf((float)atomicAdd(sum, (unsigned long long)v));
 }
 """
 
@@ -277,7 +277,7 @@ extern "C" __global__ void total(unsigned long long *sum, int *x)
 @needs_nvrtc
 def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
     """The double under ``if (i < n)`` (refused where a thread takes its path: qwengpu.lowering.paths) and the
-    64-bit atomic's old value (refused by the lowering, at launch) each name their own source line and its text;
+    approximate reciprocal square root (refused by the lowering, at launch) each name their own source line and its text;
     the PTX line stays the error's ``line``. The PTX users compile carries no line information."""
     from qwengpu import Device, MachineError
     dev = Device()
@@ -289,10 +289,11 @@ def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
         dev.launch(dev.load_kernel(LOCATED, "scale"), threads=4, args=[sum_, x, 4])
     assert "f64" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
     kernel = dev.load_kernel(LOCATED, "total")
-    with pytest.raises(MachineError, match=r"an atomic add's old value .*\n  from kernel\.cu line 12: x\[i\] = "
-                                           r"\(int\)atomicAdd\(sum, \(unsigned long long\)v\);$") as refused:
+    with pytest.raises(MachineError, match=r"rsqrt\.approx is the GPU's own .*\n  from kernel\.cu line 12: x\[i\] = "
+                                           r"\(int\)rsqrtf\(\(float\)atomicAdd\(sum, \(unsigned long long\)v\)\);$"
+                       ) as refused:
         dev.launch(kernel, threads=4, args=[sum_, x])
-    assert "atom" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
+    assert "rsqrt" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens
     path = tmp_path / "reduce.cu"
     path.write_text(LOCATED)
     with pytest.raises(MachineError, match=r"\n  from reduce\.cu line 5: "):

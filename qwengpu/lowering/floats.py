@@ -656,14 +656,13 @@ class _Rewriter:
             widened = self._widened(x, mods[2])
             if widened is None:
                 error = _refuse(inst, f"(float) of a 64-bit integer runs where every write of it widens a 32-bit "
-                                      f"value (cvt.u64.u32 or cvt.s64.s32: size_t i = threadIdx.x), or, to nearest "
-                                      f"or toward zero, of one kept as a pair of words (qwengpu.lowering.pairs); this "
-                                      f".{mods[2]} may hold more than its low word, which is all a register of the "
-                                      "machine holds: compute it as an int or unsigned")
+                                      f"value (cvt.u64.u32 or cvt.s64.s32: size_t i = threadIdx.x), or of one kept "
+                                      f"as a pair of words (qwengpu.lowering.pairs); this .{mods[2]} may hold more "
+                                      f"than its low word, which is all a register of the machine holds: compute it "
+                                      "as an int or unsigned")
                 # as a pair of words (lowering.pairs) its high word is there: the lowering tries again with it
                 source = inst.operands[1]       # (x may be the value it holds: _operands)
-                error.high_words = frozenset({source.name}) if isinstance(source, Reg) and mods[0] in ("rn", "rz") \
-                    else frozenset()
+                error.high_words = frozenset({source.name}) if isinstance(source, Reg) else frozenset()
                 raise error
             self._from_integer(dst, self.emit("cvt.u32.u64", x), signed=widened == "s", mode=mods[0])
         elif mods[0] in ROUNDINGS and mods[1] == "f32" and mods[2] in NARROW_INTEGERS:

@@ -1,6 +1,7 @@
 """64-bit integers as pairs of words: ``long long``, ``size_t`` and ``uint64_t`` arrays in memory (``x[i] += 1``,
-``s += x[i]``, ``x[i] < y[i]``, ``x[i] / y[i]``), ``atomicAdd`` on an ``unsigned long long``, and any 64-bit value
-whose high word the lowering cannot follow in one word (a ``long`` loop's 64-bit trip count).
+``s += x[i]``, ``x[i] < y[i]``, ``x[i] / y[i]``), 64-bit atomics (``atomicAdd``, ``atomicCAS``, ``atomicMax``, ...),
+``__popcll`` and its kin, and any 64-bit value whose high word the lowering cannot follow in one word (a ``long``
+loop's 64-bit trip count).
 
 The machine's registers hold a 64-bit value's low word; the lowering knows the high word where it follows from how
 the value was made (a word extended, a product of words, a loop counter: ``arithmetic``'s ``shr`` by 32). A value
@@ -12,24 +13,28 @@ low word first (a GPU's little-endian layout)::
     add.u64  d, a, b          d.lo = a.lo + b.lo;  d.hi = a.hi + b.hi + (d.lo < a.lo)
     setp.lt.s64 p, a, b       p = a.hi < b.hi (signed) or a.hi == b.hi and a.lo < b.lo (unsigned)
     st.u64   [a], v           st.u32 [a], v.lo;  st.u32 [a+4], v.hi
-    atom.add.u64 [a], v       old = atom.add.u32 [a], v.lo;  red.add.u32 [a+4], v.hi + (old + v.lo < old)
+    atom.add.u64 d, [a], v    d.lo = atom.add.u32 [a], v.lo;  d.hi = atom.add.u32 [a+4], v.hi + (d.lo + v.lo < d.lo)
+    popc.b64 d, a             d = popc(a.lo) + popc(a.hi)
 
 - The pairs: every 64-bit register a 64-bit load writes, the ``seeds`` (registers the lowering refused for their
   high word: ``lower`` lowers the kernel again with them), and every one an instruction of PAIRED writes from a pair
-  (add, sub, mul.lo and .hi, mad.lo, div, rem, neg, abs, and, or, xor, not, shl, shr, selp, min, max, mov); each
-  definition of a pair register writes both words (``s = 0`` too: a register of ``cvt`` or a parameter takes its
-  high word as the lowering computes it, ``v >> 32``). Not a pair: a register loaded into and used as an address
-  (its words joined, below: an offset added to a pointer, ``bytes[x[i]]``, runs; a pointer loaded is refused).
-- ``(float)`` of a pair, to nearest or toward zero (``to_float``). A pair read by anything else (an address's
-  offset, ``popc`` of 64 bits) is joined into a 64-bit register as NVRTC joins two words, ``(u64)lo | (u64)hi <<
-  32``, whose ``>> 32`` the lowering reads as hi.
+  (add, sub, mul.lo and .hi, mad.lo, div, rem, neg, abs, and, or, xor, not, shl, shr, selp, min, max, brev, mov),
+  and every one an atomic whose old value is read writes; each definition of a pair register writes both words
+  (``s = 0`` too: a register of ``cvt`` or a parameter takes its high word as the lowering computes it, ``v >>
+  32``). Not a pair: a register loaded into and used as an address (its words joined, below: an offset added to a
+  pointer, ``bytes[x[i]]``, runs; a pointer loaded is refused).
+- ``(float)`` of a pair, in any rounding (``to_float``); ``popc``, ``clz`` and ``bfind`` of a pair from its words'
+  counts (``count_bits``). A pair read by anything else (an address's offset, a 32-bit instruction) is joined into
+  a 64-bit register as NVRTC joins two words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as
+  hi.
 - A store of a value that is no pair writes ``v >> 32`` as its high word: refused, naming the store, where the
   machine does not hold it. A 64-bit value computed from a 64-bit kernel parameter is not stored: PTX does not tell
   ``int *x`` from ``size_t n``, and the machine keeps no pointers in memory.
-- An atomic add whose old value is not read adds the low word, then the high word plus the carry of the low add,
-  from the old low word each lane got: in any order of such adds the two words end as the 64-bit sum. A reader
-  between the two sees the low word added and the carry not yet. Other 64-bit atomics, and an add's old value, are
-  refused (the two words are updated one after the other, so no lane could be given both as one value).
+- Atomics (``atomic``): add and xor, and and / or / exch whose old value is not read, are two atomics of words
+  (an add's high word plus the carry of its low add, from the old low word each lane got: in any order of such
+  adds the two words end as the 64-bit sum); cas, min, max, and and / or / exch whose old value is read, take
+  turns in lane order (``_in_lane_order``). A reader between the two words' updates sees one updated and not yet
+  the other.
 
 Float64 accesses are left to the floats stage, which refuses doubles.
 """
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..isa import MachineError
+from ..isa import LANES, MachineError
 from ..ptx import Imm, Instruction, Kernel, Label, Mem, Reg
 from .pointers import address_registers
 from .semantics import bits_of, declared_bits, types
@@ -48,7 +53,11 @@ INTEGER = ("u64", "s64", "b64")
 WORD, DOUBLE, PRED = "%__pair_w", "%__pair_d", "%__pair_p"     # the stage's registers: b32, b64, pred
 # Instructions whose 64-bit result, from a pair, is a pair (built word by word below).
 PAIRED = {"mov", "add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "and", "or", "xor", "not", "shl", "shr",
-          "selp", "min", "max"}
+          "selp", "min", "max", "brev"}
+COUNTS = {"popc", "clz", "bfind"}
+ROUNDINGS = ("rn", "rz", "rm", "rp")
+MIRRORED = {"rm": "rp", "rp": "rm"}     # a magnitude's rounding where the value is negative
+ATOMICS = {"add", "and", "or", "xor", "exch", "cas", "min", "max", "inc", "dec"}       # a 64-bit source, a 32-bit count: from the counts of the two words
 COMPARES = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
             "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
 
@@ -88,7 +97,8 @@ class _Pairs:
 
     def _find(self) -> set[str]:
         """The 64-bit registers loaded from memory, and those computed from them by the instructions of PAIRED."""
-        pairs = {inst.operands[0].name for inst in self.insts if _wide_access(inst) and inst.base == "ld"
+        pairs = {inst.operands[0].name for inst in self.insts if _wide_access(inst) and (
+                 inst.base == "ld" or inst.base == "atom" and inst.operands[0].name in self.read)
                  and inst.operands[0].name not in self.addresses} | (self.seeds - self.addresses)
         return self._forward(pairs, lambda inst, dst: dst not in self.addresses and inst.base in PAIRED
                              and self.wide(dst) and "wide" not in inst.modifiers)
@@ -189,10 +199,12 @@ class _Pairs:
                 del self.words[item.operands[0].name]
             elif _wide_access(item):
                 self.access(item)
+            elif item.base in COUNTS and width(item) == 64 and getattr(sources(item)[0], "name", None) in self.words:
+                self.count_bits(item)
             elif item.base == "setp" and any(getattr(o, "name", None) in self.words for o in sources(item)[:2]):
                 self.compare(item)
             elif item.base == "cvt" and item.modifiers[1:] in (("f32", "u64"), ("f32", "s64")) \
-                    and item.modifiers[0] in ("rn", "rz") and getattr(item.operands[1], "name", None) in self.words:
+                    and item.modifiers[0] in ROUNDINGS and getattr(item.operands[1], "name", None) in self.words:
                 self.to_float(item)
             elif item.base == "cvt" and len(types(item)) == 2 and types(item)[0][0] in "usb" \
                     and bits_of(types(item)[0]) <= 32 and getattr(item.operands[1], "name", None) in self.words:
@@ -215,7 +227,7 @@ class _Pairs:
             lo, hi = self.op(f"ld.{self.space(item)}.u32", item.operands[1]), \
                 self.op(f"ld.{self.space(item)}.u32", _next_word(item.operands[1]))
         elif base == "atom":
-            self.refuse_atomic(item)
+            lo, hi = self.atomic(item, wanted=True)
         elif base == "cvt" and len(types(item)) == 2 and types(item)[1][0] in "usb" and bits_of(types(item)[1]) <= 32:
             source = ops[0]
             if bits_of(types(item)[1]) < 32:
@@ -228,7 +240,7 @@ class _Pairs:
             self.out.append(dataclasses.replace(item, operands=(result, *(self.joined(o) for o in item.operands[1:]))))
             lo, hi = self.halves(result, why=f"the high word of {item.operands[0].name}, a pair of words")
         else:       # a shift's amount, a select's predicate: not 64-bit values
-            values = ops[:1] if base in ("mov", "not", "neg", "abs", "shl", "shr") else ops[:3 if base == "mad" else 2]
+            values = ops[:1] if base in ("mov", "not", "neg", "abs", "shl", "shr", "brev") else ops[:3 if base == "mad" else 2]
             lo, hi = getattr(self, f"_{base}")(item, [self.halves(o) for o in values], ops)
         self.emit("mov.b32", words[0], lo)
         self.emit("mov.b32", words[1], hi)
@@ -384,6 +396,11 @@ class _Pairs:
     def _not(self, item, halves, ops):
         return self.op("not.b32", halves[0][0]), self.op("not.b32", halves[0][1])
 
+    def _brev(self, item, halves, ops):
+        """``__brevll``: each word reversed, and the words swapped."""
+        lo, hi = halves[0]
+        return self.op("brev.b32", hi), self.op("brev.b32", lo)
+
     # Shifts by an amount the kernel computes: PTX clamps an amount past the width to it, and so do the machine's
     # 32-bit shifts (``shl`` / ``shr.u32`` by 32 or more give 0, ``shr.s32`` the sign), so each word is the one
     # formula for any amount, the two cases (below 32, 32 and more) chosen by a select.
@@ -469,11 +486,13 @@ class _Pairs:
         self.emit("mov.pred", dst, less)
 
     def to_float(self, item: Instruction) -> None:
-        """``cvt.rn`` / ``cvt.rz .f32`` of a pair, (float) of a long long: the magnitude shifted left by the high
-        word's leading zeros s (``clz``; 32 where it is 0, and the low word is the word converted), the low word's
-        bits left below folded into the high word's lowest bit (they only tell the rounding that it is not exact:
-        the rounding's own bit is bit 7), that word converted (the 32-bit conversion), and its exponent raised by
-        32 - s, exactly. Signed: of the magnitude (2^63 too, read unsigned), then the sign."""
+        """``cvt.rn`` / ``.rz`` / ``.rm`` / ``.rp .f32`` of a pair, (float) of a long long: the magnitude shifted left
+        by the high word's leading zeros s (``clz``; 32 where it is 0, and the low word is the word converted), the
+        low word's bits left below folded into the high word's lowest bit (they only tell the rounding that it is not
+        exact: the rounding's own bit is bit 7), that word converted (the 32-bit conversion, in the instruction's
+        rounding), and its exponent raised by 32 - s, exactly. Signed: of the magnitude (2^63 too, read unsigned),
+        then the sign; a negative value's magnitude rounded the other way where the rounding is toward an infinity
+        (down, -x rounds as x up)."""
         mode, kind = item.modifiers[0], item.modifiers[2]
         lo, hi = self.words[item.operands[1].name]
         negative = None
@@ -484,57 +503,151 @@ class _Pairs:
         top = self.op("or.b32", self.op("shl.b32", hi, shift), self.op("shr.u32", lo, self.op("sub.u32", Imm(32),
                                                                                                 shift)))
         rest = self.op("setp.ne.u32", self.op("shl.b32", lo, shift), Imm(0), prefix=PRED)
-        word = self.op(f"cvt.{mode}.f32.u32", self.op("or.b32", top, self.op("selp.u32", Imm(1), Imm(0), rest)))
+        sticky = self.op("or.b32", top, self.op("selp.u32", Imm(1), Imm(0), rest))
+        word = self.op(f"cvt.{mode}.f32.u32", sticky)
+        if negative is not None and mode in MIRRORED:
+            word = self.op("selp.b32", self.op(f"cvt.{MIRRORED[mode]}.f32.u32", sticky), word, negative)
         bits = self.op("add.u32", word, self.op("shl.b32", self.op("sub.u32", Imm(32), shift), Imm(23)))
         if negative is not None:
             bits = self.op("or.b32", bits, self.op("selp.b32", Imm(0x80000000), Imm(0), negative))
         self.emit("mov.b32", item.operands[0], bits)
+
+    def count_bits(self, item: Instruction) -> None:
+        """``popc`` / ``clz`` / ``bfind`` of a pair (``__popcll``, ``__clzll``, NVRTC's ``__ffsll``: 64 minus the
+        clz of ``x & -x``), from the words' 32-bit counts: popc the sum of both; clz the high word's, plus the low
+        word's where the high word is 0 (32 leading zeros); bfind 63 minus the clz (64 for 0 gives 0xffffffff, PTX's
+        "none"), .shiftamt the clz itself, 0xffffffff for 0; .s64 of x ^ (x >> 63), as the 32-bit one."""
+        lo, hi = self.words[sources(item)[0].name]
+        dst = item.operands[0]
+        if item.base == "popc":
+            self.emit("add.u32", dst, self.op("popc.b32", lo), self.op("popc.b32", hi))
+            return
+        if item.base == "bfind" and signed(item):
+            sign = self.op("shr.s32", hi, Imm(31))
+            lo, hi = self.op("xor.b32", lo, sign), self.op("xor.b32", hi, sign)
+        empty = self.op("setp.eq.u32", hi, Imm(0), prefix=PRED)
+        below = self.op("selp.b32", self.op("clz.b32", lo), Imm(0), empty)
+        zeros = self.op("add.u32", self.op("clz.b32", hi), below)
+        if item.base == "clz":
+            self.emit("mov.b32", dst, zeros)
+        elif "shiftamt" not in item.modifiers:
+            self.emit("sub.u32", dst, Imm(63), zeros)
+        else:
+            none = self.op("setp.eq.u32", zeros, Imm(64), prefix=PRED)
+            self.emit("selp.b32", dst, Imm(0xFFFFFFFF), zeros, none)
 
     # -- memory -------------------------------------------------------------------------------------------------
     @staticmethod
     def space(item: Instruction) -> str:
         """The access's state space and qualifiers (global, shared, volatile, ...): its modifiers but the type and
         the atomic's operation."""
-        return ".".join(m for m in item.modifiers if m not in INTEGER and m != "add")
+        return ".".join(m for m in item.modifiers if m not in INTEGER and m not in ATOMICS)
 
     def access(self, item: Instruction) -> None:
-        """A 64-bit store or atomic of a value (a load's register is always a pair: ``define``)."""
-        if item.base == "atom" and item.operands[0].name in self.read:
-            self.refuse_atomic(item)
-        if item.base == "atom" or item.base == "red":
-            if "add" not in item.modifiers:
-                self.refuse_atomic(item)
-        mem, value = item.operands[-2:]
+        """A 64-bit store, or an atomic whose old value is not read (a load's register is always a pair, and so is
+        an atomic's whose old value is read: ``define``)."""
+        if item.base != "st":
+            self.atomic(item, wanted=False)
+            return
+        mem, value = item.operands
+        lo, hi = self.stored_words(item, value)
+        space = self.space(item)
+        self.emit(f"st.{space}.u32", mem, lo)
+        self.emit(f"st.{space}.u32", _next_word(mem), hi)
+
+    def stored_words(self, item: Instruction, value) -> tuple:
+        """The words of a 64-bit value a store or an atomic writes to memory."""
         if isinstance(value, Reg) and value.name in self.from_parameters and value.name not in self.words:
             raise MachineError(
                 f"line {item.line}: the 64-bit value {value.name} stored here is computed from a 64-bit kernel "
                 f"parameter, which may be a pointer (PTX does not tell int *x from size_t n), and the machine keeps "
                 f"no pointers in memory; store a 32-bit value ((unsigned)n) or one the kernel computes: {item.text}",
                 line=item.line)
-        what = "store" if item.base == "st" else "atomic add"
         if isinstance(value, Reg) and value.name not in self.words:
-            lo = value      # a 32-bit access reads its word (and refuses a register that holds an address)
-            hi = self.halves(value, why=f"the high word of a 64-bit {what}")[1]
-        else:
-            lo, hi = self.halves(value)
-        space = self.space(item)
-        if item.base == "st":
-            self.emit(f"st.{space}.u32", mem, lo)
-            self.emit(f"st.{space}.u32", _next_word(mem), hi)
-            return
-        old = self.op(f"atom.{space}.add.u32", mem, lo)
-        low = self.op("cvt.u32.u64", lo) if isinstance(lo, Reg) and lo.name == getattr(value, "name", None) else lo
-        wrapped = self.op("setp.lt.u32", self.op("add.u32", old, low), old, prefix=PRED)
-        high = self.op("add.u32", hi, self.op("selp.u32", Imm(1), Imm(0), wrapped))
-        self.emit(f"red.{space}.add.u32", _next_word(mem), high)
+            # a 32-bit access reads its word (and refuses a register that holds an address)
+            what = "store" if item.base == "st" else "atomic"
+            return value, self.halves(value, why=f"the high word of a 64-bit {what}")[1]
+        return self.halves(value)
 
-    @staticmethod
-    def refuse_atomic(item: Instruction) -> None:
-        what = "an atomic add's old value" if "add" in item.modifiers else "a 64-bit atomic other than an add"
-        raise MachineError(
-            f"line {item.line}: {what} is not supported: the machine's words are 32 bits and it updates a 64-bit "
-            f"value's two words one after the other, so no lane could be given both as one value ({item.text})",
-            line=item.line)
+    def atomic(self, item: Instruction, wanted: bool) -> tuple:
+        """A 64-bit atomic (``atom`` / ``red``); ``wanted``: its old value is read, and returned as two words. Lanes
+        update a value in lane order, as the 32-bit atomics do (``memory``); which lane's update comes first is
+        not fixed on a GPU either.
+        - add: the low words added by one atomic of words (each lane gets the old low word), then the high words
+          plus each lane's carry out of its low add, by a second: a lane's old high word is the high word of the
+          sum of the lanes before it. So the old value is a lane's in that order, and in any order of such adds the
+          two words end as the 64-bit sum. xor: two atomics of words.
+        - and, or, exch: two atomics of words where the old value is not read; where it is, as cas (the 32-bit
+          ones would each take turns for their old values: one loop for both words is half the records).
+        - cas, min, max: the lanes take turns, a uniform loop of one trip per lane: on its turn a lane loads both
+          words, then stores both where the word pair compares so.
+        Between the two words' updates, a reader (a peer's packet at a record boundary, a warp of another overlay
+        round) sees one word updated and not yet the other, where a GPU's 64-bit atomic is one access."""
+        mem = next(o for o in item.operands if isinstance(o, Mem))
+        values = [self.stored_words(item, value) for value in item.operands[item.operands.index(mem) + 1:]]
+        kind = next(m for m in item.modifiers if m in ATOMICS)
+        space = self.space(item)
+        if kind == "add":
+            (lo, hi), = values
+            old = self.op(f"atom.{space}.add.u32", mem, lo)
+            wrapped = self.op("setp.lt.u32", self.op("add.u32", old, self.word(lo)), old, prefix=PRED)
+            high = self.op("add.u32", hi, self.op("selp.u32", Imm(1), Imm(0), wrapped))
+            return old, self.op(f"atom.{space}.add.u32", _next_word(mem), high)
+        if kind == "xor" or kind in ("and", "or", "exch") and not wanted:
+            (lo, hi), = values
+            return (self.op(f"atom.{space}.{kind}.b32", mem, lo),
+                    self.op(f"atom.{space}.{kind}.b32", _next_word(mem), hi))
+        values = [tuple(self.word(w) for w in words) for words in values]
+        if kind in ("and", "or", "exch"):
+            def update(old):
+                if kind == "exch":
+                    return values[0], None
+                return tuple(self.op(f"{kind}.b32", a, b) for a, b in zip(old, values[0])), None
+        elif kind == "cas":
+            def update(old):
+                expected, new = values
+                differ = self.op("or.b32", self.op("xor.b32", old[0], expected[0]),
+                                 self.op("xor.b32", old[1], expected[1]))
+                return new, self.op("setp.eq.u32", differ, Imm(0), prefix=PRED)
+        elif kind in ("min", "max"):
+            def update(old):
+                first, second = (values[0], old) if kind == "min" else (old, values[0])
+                return values[0], self._less(first, second, "s" if signed(item) else "u", strict=True)
+        else:
+            raise MachineError(f"line {item.line}: a 64-bit atom.{kind} is not supported: {item.text}",
+                               line=item.line)
+        return self._in_lane_order(item, mem, space, update)
+
+    def word(self, operand):
+        """A 64-bit register's low word as a 32-bit register (other operands as they are)."""
+        if isinstance(operand, Reg) and declared_bits(self.kernel.registers, operand.name) == 64:
+            return self.op("cvt.u32.u64", operand)
+        return operand
+
+    def _in_lane_order(self, item: Instruction, mem: Mem, space: str, update) -> tuple:
+        """A 64-bit atomic the lanes take turns at: ``update(old words)`` gives the words to store and where to
+        store them (None: always). The loop runs unguarded (every lane, LANES trips); a lane loads and stores on its own turn and
+        where the instruction's guard holds."""
+        self.item = dataclasses.replace(item, guard=None, guard_negated=False)
+        old = (self.temp(WORD), self.temp(WORD))
+        lane, count = self.op("mov.u32", Reg("%laneid")), self.temp(WORD)
+        self.emit("mov.b32", count, Imm(0))
+        head = Label(f"$__pair_turns{self.temp(WORD).name[len(WORD):]}")
+        self.out.append(head)
+        turn = self.op("setp.eq.u32", lane, count, prefix=PRED)
+        if item.guard is not None:
+            guard = self.op("not.pred", item.guard, prefix=PRED) if item.guard_negated else item.guard
+            turn = self.op("and.pred", turn, guard, prefix=PRED)
+        self.emit(f"ld.{space}.u32", old[0], mem, guard=turn)
+        self.emit(f"ld.{space}.u32", old[1], _next_word(mem), guard=turn)
+        new, holds = update(old)
+        store = turn if holds is None else self.op("and.pred", turn, holds, prefix=PRED)
+        self.emit(f"st.{space}.u32", mem, new[0], guard=store)
+        self.emit(f"st.{space}.u32", _next_word(mem), new[1], guard=store)
+        self.emit("add.u32", count, count, Imm(1))
+        self.emit("bra", head, guard=self.op("setp.lt.u32", count, Imm(LANES), prefix=PRED))
+        self.item = item
+        return old
 
 
 def _next_word(mem: Mem) -> Mem:
