@@ -161,9 +161,7 @@ class Kernel:
             elif param.size is not None:
                 words.append(_struct_bytes(value, param.size, what))
             elif param.type == "f64":
-                raise MachineError(f"kernel {self.name} argument {i + 1} is a double: the machine has no double "
-                                   "arithmetic (a double is 64 bits, which its words do not hold); declare the "
-                                   "parameter float")
+                words.append(_float64_bits(value, what))
             else:
                 words.append(_integer(value, what))
         return tuple(words)
@@ -304,8 +302,10 @@ class Device:
 
     def write(self, address: int, words) -> None:
         """Host -> device copy, fed as write records (MEM a, VAL lo, VAL hi), one per word: an integer array's
-        elements are the words' values, a float32 array's their bits; an array of several dimensions is written in C
-        order (a matrix row after row, ``M[i, j]`` at ``address + i * cols + j``). Words outside every
+        elements are the words' values, a float32 array's their bits, a float64 array's two words each (its bits,
+        the low word first: read them back with ``dev.read(p, 2 * n).view(np.float64)``); an array of several
+        dimensions is written in C order (a matrix row after row, ``M[i, j]`` at ``address + i * cols + j``).
+        Words outside every
         allocation may be written (a fixed address), but a launch whose block state would cover them is refused
         (``_check_reserved``)."""
         data = _words(words)
@@ -806,6 +806,18 @@ def _float32_bits(value, what: str) -> int:
     return int(single.view(np.uint32))
 
 
+def _float64_bits(value, what: str) -> int:
+    """A number as the bits of the float64 nearest it (a ``double`` parameter, as C++ passes one); one too large
+    for a float64 is refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise MachineError(f"{what} must be a number, got {value!r}")
+    try:
+        double = np.float64(value)
+    except OverflowError:                   # an int beyond float64
+        raise MachineError(f"{what}: {value!r} is outside float64's range") from None
+    return int(double.view(np.uint64))
+
+
 def _struct_bytes(value, size: int, what: str) -> int:
     """A struct argument: its ``size`` bytes (bytes, a ctypes.Structure, a numpy record) as a little-endian int."""
     if isinstance(value, np.ndarray) and value.size == 1 or isinstance(value, np.void):
@@ -826,9 +838,12 @@ def _words(words) -> np.ndarray:
     data = np.asarray(words)
     if data.dtype == np.float32:
         data = data.view(np.uint32)     # a float32 is a word: its bits are copied, never converted
+    elif data.dtype == np.float64:
+        # a double is two words, the low word first (a GPU's layout: cudaMemcpy copies the bytes)
+        data = np.ascontiguousarray(data, dtype="<f8").view(np.uint32)
     elif data.dtype.kind == "f":
-        raise MachineError(f"device words are 32-bit: a {data.dtype} array is not written (pass float32, "
-                           "np.asarray(x, dtype=np.float32), whose bits are the words)")
+        raise MachineError(f"device words are 32-bit: a {data.dtype} array is not written (pass float32 or "
+                           "float64, whose bits are the words)")
     if data.ndim == 0 or data.dtype.kind not in "iu":
         raise MachineError(f"device words are an integer or float32 array, got shape {data.shape} dtype {data.dtype}")
     data = data.reshape(-1)             # a matrix is its rows one after another (C order), as cudaMemcpy copies it

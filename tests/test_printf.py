@@ -149,10 +149,22 @@ def test_a_64_bit_argument_whose_high_word_only_a_pair_holds_prints():
     assert dev.printed == [f"{(n << (20 * t)) % 2**64} {n ** 4}\n" for t in range(4)]
 
 
+def test_printf_of_doubles_as_gcc_prints_them(tmp_path):
+    """%f, %.17g, %e, %g and a width of doubles the machine computes (qwengpu.lowering.doubles: each stored as its
+    two words) and of a double literal, beside a float promoted; gcc's printf of the same expressions."""
+    calls = [('"%d: %f %.17g %e %10.3f|%g %f\\n"',
+              "t, (double)f * 0.1, (double)f * 0.1 + t, -1e-300 * t, (double)n * 1.25, 1.5, f")]
+    dev = Device()
+    kernel = ('#include <cstdio>\nextern "C" __global__ void show(int n, float f) {\n    int t = threadIdx.x;\n'
+              f'    printf({calls[0][0]}, {calls[0][1]});\n}}\n')
+    dev.launch(dev.load_kernel(kernel, "show"), threads=2, args=[2, 0.7])
+    assert dev.printed == _reference(calls, 2, 2, 0.7, tmp_path).splitlines(keepends=True)
+
+
 @pytest.mark.parametrize("call, named", [
     ('printf("%lc\\n", n)', r"%lc \(a wide character\) is not supported"),
     ('printf("%p\\n", &n)', r"%p \(a pointer\) is not supported"),
-    ('printf("%f\\n", (double)n)', r"a double, not a float promoted"),
+    ('printf("%Lf\\n", (long double)n)', r"%Lf \(a long double\) is not supported"),
 ])
 def test_what_printf_cannot_print_is_refused_by_name(call, named):
     dev = Device()

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
-from . import block_votes, console, pairs, paths
+from . import block_votes, console, doubles, pairs, paths
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
@@ -99,6 +99,11 @@ def bind_arguments(kernel, args: list[int]) -> dict:
         if param.size is not None:
             params[param.name] = Const(_struct_value(kernel, param, value, sorted(
                 offset for name, offset in pointers if name == param.name)))
+        elif param.type == "f64":         # a double's bits (Device.launch converts a Python float to them)
+            if not 0 <= value < (1 << 64):
+                raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} is not the bits "
+                                   "of a float64 (0..2**64-1)")
+            params[param.name] = Const(value)
         elif param.type.endswith("64") and (param.name, 0) not in pointers:
             if not -(1 << 31) <= value < (1 << 32):
                 raise MachineError(f"kernel {kernel.name} argument {number} ({param.name}): {value} does not fit 32 "
@@ -215,18 +220,20 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     qwengpu.lowering.overlays)."""
     kernel, formats = console.rewrite(paths.rewrite(kernel))
     kernel = block_votes.rewrite(kernel)
+    # doubles as 64-bit integers, whose registers the pairs stage keeps as pairs of words
+    kernel, doubled = doubles.rewrite(kernel)
     written = {name for inst in kernel.body if isinstance(inst, Instruction) for name in [destination(inst)] if name}
     # A 64-bit value whose high word the lowering does not hold is refused naming the registers it reads; kept as
     # pairs of words they have their high words, so the kernel is lowered again with them (a chain of sums: a
     # register more each time, up to PAIR_REGISTERS).
-    seeds: frozenset = frozenset()
+    seeds: frozenset = doubled
     while True:
         try:
             return _laid_out(as_integers(pairs.rewrite(kernel, seeds)), formats, args, threads, block, blocks, shared,
                              shape, grid, variables)
         except MachineError as error:
             more = getattr(error, "high_words", frozenset()) & written
-            if more <= seeds or len(seeds | more) > PAIR_REGISTERS:
+            if more <= seeds or len(seeds | more) - len(doubled) > PAIR_REGISTERS:
                 raise
             seeds |= more
 

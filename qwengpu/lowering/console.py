@@ -6,7 +6,8 @@ the format string (a module-scope ``.global`` byte array) and the buffer. The ma
 floats, so this stage (the lowering's first) rewrites each call as stores to a word of the block's memory, the
 console (``CONSOLE``, a 4-byte ``__shared__`` array): first the call's number, then each argument's word, under the
 call's guard, so exactly the lanes that print store, in lane order. A float argument is stored as the float32 it
-was promoted from (``cvt.f64.f32``, exact: the double holds the same number). The buffer's stores, the format's
+was promoted from (``cvt.f64.f32``, exact: the double holds the same number); a double (one the kernel computes,
+qwengpu.lowering.doubles) as its two words. The buffer's stores, the format's
 address and the promotion go; so do the local buffer and the format string where nothing else uses them (the device
 gives them no words).
 
@@ -21,12 +22,12 @@ device-side assert error (``Format.fatal``). A run-time refusal (``refuse``: a p
 qwengpu.lowering.paths) is one too: the thread's indices, then the device raises a ``MachineError`` naming the PTX
 instruction (``Format.refusal``) and puts the launch back.
 
-Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float, flags, widths
-and precisions (``*`` too), ``%%``, and ``%s`` of string literals (the machine stores which literal: a choice such as
-``x ? "big" : "small"`` becomes a ``selp`` of their numbers), and ``%ld`` / ``%lu`` / ``%llx`` / ``%zu`` (``l``,
-``ll``, ``z``, ``j``, ``t``: a 64-bit argument, stored as its low word and its high word, which the machine computes
-as ``>> 32``: the lowering refuses it where the machine does not hold the high word, and runs it for a word
-extended, a loop counter, a product of words); refused by name: ``%p`` (the machine keeps no pointers for the
+Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float or a double,
+flags, widths and precisions (``*`` too), ``%%``, and ``%s`` of string literals (the machine stores which literal: a
+choice such as ``x ? "big" : "small"`` becomes a ``selp`` of their numbers), and ``%ld`` / ``%lu`` / ``%llx`` /
+``%zu`` (``l``, ``ll``, ``z``, ``j``, ``t``: a 64-bit argument, stored as its low word and its high word, which
+the machine computes as ``>> 32``: the lowering refuses it where the machine does not hold the high word, and runs
+it for a word extended, a loop counter, a product of words); refused by name: ``%p`` (the machine keeps no pointers for the
 host), ``%lc`` / ``%ls``, ``%Lf``, ``%a``, ``%n`` and ``%#o``.
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ..isa import MachineError
 from ..ptx import Imm, Instruction, Label, Mem, Reg
 from .floats import DOUBLE_HINT
 from .paths import REFUSE
+from .transfer import registers_read
 
 CONSOLE = "__console"
 CHOICE = "%__string"        # registers holding which string literal a %s prints
@@ -53,7 +55,8 @@ _SPEC = re.compile(r"%([-+ #0]*)(\*|\d+)?(?:\.(\*|\d*))?(hh|h|ll|l|z|j|t|L)?([di
 class Format:
     """One printf call: its format string and what each argument word is: "int" (d, i, ``*``), "unsigned" (u, x, X,
     o), "char" (c), "string" (s: the number of a string literal in ``strings``), "float" (f, e, g, promoted from a
-    float32), or "long" then "high" (a 64-bit argument of l / ll / z / j / t: its low word, then its high word).
+    float32), "double" then "high" (f, e, g of a double: its two words), or "long" then "high" (a 64-bit argument
+    of l / ll / z / j / t: its low word, then its high word).
     ``fatal``: an assert's message (its words the failing thread's block and thread index), after which the launch
     stops, as CUDA's device-side assert. ``refusal``: the PTX line of the instruction a run-time refusal stands for
     (0 for a printf or an assert)."""
@@ -91,6 +94,9 @@ class Format:
                 value = chr(word & 0xFF)
             elif conversion == "s":
                 value = self.strings[word]
+            elif self.kinds[at - 1] == "double":    # a double: its low word, then its high word
+                word, at = word | words[at] << 32, at + 1
+                value = struct.unpack("<d", word.to_bytes(8, "little"))[0]
             else:
                 value = struct.unpack("<f", word.to_bytes(4, "little"))[0]
             spec = "%" + flags + (width or "") + ("." + precision if precision is not None else "") + conversion
@@ -192,19 +198,22 @@ def rewrite(kernel):
                 raise MachineError(f"{where}: printf's argument at byte {at} of its buffer is not a {size}-byte "
                                    f"store before the call ({text!r})")
             value, since = body[store].operands[1], store
-            if kind == "float":     # the double is a float promoted: store the float32 it came from
-                promote = defs.get(value.name) if isinstance(value, Reg) else None
-                if promote is None or body[promote].opcode != "cvt.f64.f32":
-                    raise MachineError(f"{where}: printf's %f argument is a double, not a float promoted to one "
-                                       "(the machine has no 64-bit floats)")
-                value, since = body[promote].operands[1], promote
-                dropped.add(promote)
+            promote = defs.get(value.name) if kind == "float" and isinstance(value, Reg) else None
+            if promote is not None and body[promote].opcode == "cvt.f64.f32":
+                # a float promoted to a double: store the float32 it came from; the promotion goes unless the
+                # double is read by more than printf buffers' stores (double arithmetic: qwengpu.lowering.doubles)
+                promoted, value, since = value, body[promote].operands[1], promote
+                if all(inst.base == "st" and "local" in inst.modifiers for inst in body
+                       if isinstance(inst, Instruction) and promoted.name in registers_read(inst)):
+                    dropped.add(promote)
+            elif kind == "float":   # a double: its two words (qwengpu.lowering.doubles computes it)
+                kind = "double"
             if kind != "string" and not _unchanged(body, writes, value, since, i):
                 raise MachineError(f"{where}: printf's argument {value.name} is written again between its store into "
                                    "the buffer and the call")
             elif kind == "string":  # a string literal's address, or a choice of some: the literal's number
                 value = numbers.of(value, where)
-            if kind == "long":      # its low word, then its high word as the machine computes it (>> 32)
+            if kind in ("long", "double"):      # its low word, then its high word as the machine computes it
                 if isinstance(value, Imm):
                     sources += [Imm(value.value & 0xFFFFFFFF), Imm(value.value >> 32 & 0xFFFFFFFF)]
                 else:
@@ -213,7 +222,7 @@ def rewrite(kernel):
                     prelude.append(Instruction("shr.s64", (high, value, Imm(32)), call.guard, call.guard_negated,
                                                call.line, f"printf's 64-bit argument {value.name} ({text!r})"))
                     sources += [value, high]
-                kinds += ["long", "high"]
+                kinds += [kind, "high"]
             else:
                 sources.append(value)
                 kinds.append(kind)

@@ -95,8 +95,10 @@ WORD = 0xFFFFFFFF
 CANONICAL_NAN = 0x7FFFFFFF      # what NVIDIA's float unit writes for a NaN result
 LARGEST = 0x7F7FFFFF            # the largest finite magnitude
 # What to write instead of a double, which the first float kernels hold by accident: C reads 2.0 as a double.
-DOUBLE_HINT = ("; a double is 64 bits, which the machine's words do not hold: write float, and 2.0f for a literal "
-               "(C reads 2.0 or 1e-3 as a double and computes the expression in double)")
+DOUBLE_HINT = ("; of double arithmetic the machine builds add, sub, mul, compares, min / max and the conversions "
+               "to and from float and int, in integer ops on pairs of words (qwengpu/lowering/doubles.py), not this "
+               "one: write float, and 2.0f for a literal (C reads 2.0 or 1e-3 as a double and computes the expression "
+               "in double)")
 # float32 <-> float16 / bfloat16 (cuda_fp16.h's __half2float / __float2half, cuda_bf16.h's): a half is 16 bits of a
 # b16 register; its arithmetic is float32's, rounded back (exact: float32 holds twice a half's digits and more).
 HALF_CONVERSIONS = {("f32", "f16"), ("f32", "bf16"), ("rn", "f16", "f32"), ("rn", "bf16", "f32")}
@@ -339,10 +341,12 @@ class _Rewriter:
         if inst.base == "cvt" and inst.modifiers in HALF_CONVERSIONS:
             self._half_conversion(inst)
             return
+        if "f64" in floats:
+            raise _refuse(inst, "the machine has no floating point: a double instruction" + DOUBLE_HINT)
         if set(floats) != {"f32"}:
             kinds = ", ".join(f".{t}" for t in floats if t != "f32")
-            raise _refuse(inst, f"the machine has no floating point; of the float types only .f32 runs (its "
-                                f"arithmetic as integer ops), not {kinds}" + (DOUBLE_HINT if "f64" in floats else ""))
+            raise _refuse(inst, f"the machine has no floating point; of the float types .f32 runs (its arithmetic "
+                                f"as integer ops) and .f64 in part (qwengpu/lowering/doubles.py), not {kinds}")
         if "approx" in inst.modifiers and "ftz" in inst.modifiers:
             # what CUDA's math library computes expf, powf, fmodf, ... with, fast math or not
             raise _refuse(inst, _approximate(inst.base))

@@ -54,10 +54,10 @@ WORD, DOUBLE, PRED = "%__pair_w", "%__pair_d", "%__pair_p"     # the stage's reg
 # Instructions whose 64-bit result, from a pair, is a pair (built word by word below).
 PAIRED = {"mov", "add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "and", "or", "xor", "not", "shl", "shr",
           "selp", "min", "max", "brev"}
-COUNTS = {"popc", "clz", "bfind"}
+COUNTS = {"popc", "clz", "bfind"}       # a 64-bit source, a 32-bit count: from the counts of the two words
 ROUNDINGS = ("rn", "rz", "rm", "rp")
 MIRRORED = {"rm": "rp", "rp": "rm"}     # a magnitude's rounding where the value is negative
-ATOMICS = {"add", "and", "or", "xor", "exch", "cas", "min", "max", "inc", "dec"}       # a 64-bit source, a 32-bit count: from the counts of the two words
+ATOMICS = {"add", "and", "or", "xor", "exch", "cas", "min", "max", "inc", "dec"}
 COMPARES = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
             "lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}
 
@@ -137,8 +137,9 @@ class _Pairs:
     def _from_parameters(self) -> set[str]:
         """The 64-bit registers whose value may be computed from a 64-bit kernel parameter (through any instruction
         with a 64-bit result but a load or an atomic: a loaded value is not computed from its address)."""
+        doubles = {p.name for p in self.kernel.params if p.type == "f64"}     # a double's bits: no pointer
         found = {i.operands[0].name for i in self.insts if i.base == "ld" and "param" in i.modifiers
-                 and width(i) == 64 and isinstance(i.operands[0], Reg)}
+                 and width(i) == 64 and isinstance(i.operands[0], Reg) and i.operands[1].base not in doubles}
         return self._forward(found, lambda inst, dst: width(inst) == 64 and inst.base not in ("ld", "atom"))
 
     # -- emission -----------------------------------------------------------------------------------------------
@@ -240,7 +241,8 @@ class _Pairs:
             self.out.append(dataclasses.replace(item, operands=(result, *(self.joined(o) for o in item.operands[1:]))))
             lo, hi = self.halves(result, why=f"the high word of {item.operands[0].name}, a pair of words")
         else:       # a shift's amount, a select's predicate: not 64-bit values
-            values = ops[:1] if base in ("mov", "not", "neg", "abs", "shl", "shr", "brev") else ops[:3 if base == "mad" else 2]
+            single = base in ("mov", "not", "neg", "abs", "shl", "shr", "brev")
+            values = ops[:1] if single else ops[:3 if base == "mad" else 2]
             lo, hi = getattr(self, f"_{base}")(item, [self.halves(o) for o in values], ops)
         self.emit("mov.b32", words[0], lo)
         self.emit("mov.b32", words[1], hi)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ptx import Instruction, Kernel, Label
+from . import doubles
 from .cfg import BasicBlock, basic_blocks
 
 __all__ = ["refused", "doomed", "rewrite", "REFUSE"]
@@ -45,11 +46,9 @@ REFUSE = "refuse"       # the pseudo-instruction console.rewrite turns into a ru
 
 
 def refused(inst: Instruction) -> bool:
-    """Whether the machine has no way to run ``inst``: a double instruction, other than printf's promotion of a float
-    argument and its store into the call's buffer."""
-    if "f64" not in inst.modifiers:
-        return False
-    return not (inst.opcode == "cvt.f64.f32" or inst.base == "st")
+    """Whether the machine has no way to run ``inst``: a double instruction the doubles stage does not build
+    (qwengpu.lowering.doubles: division, square roots, the math library's ...)."""
+    return "f64" in inst.modifiers and not doubles.supported(inst)
 
 
 def _exits(block: BasicBlock) -> bool:

@@ -1,0 +1,177 @@
+"""Doubles on the machine (qwengpu.lowering.doubles) against IEEE binary64: many random add / sub / mul in each
+rounding, checked against the exact result rounded once (Python's fractions), and what a double op costs beside a
+float one.
+
+    python -m qccl_bench.double_check --ops 3000 --seed 1            # to nearest, against numpy too
+    python -m qccl_bench.double_check --ops 600 --seed 2 --mode rz    # rz, rm or rp: __dadd_rz, __dmul_rd, ...
+    python -m qccl_bench.double_check --cost                          # tokens written: float vs double
+
+The operands are random bits of every kind (subnormals, huge values, NaNs, infinities), values near 1 over a range
+of exponents, IEEE's edge values, and cancellations (b = -a, b = a neighbour of a). Each launch computes the three
+ops of two operand pairs on two threads (straight-line code: its lowering is cut into overlays once, then reused).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from fractions import Fraction
+
+import numpy as np
+
+CANONICAL_NAN = 0x7FFFFFFFFFFFFFFF      # NVIDIA's NaN result (doubles.CANONICAL_NAN, written here independently)
+# (significand bits with the hidden one, smallest normal exponent, largest exponent, exponent bias)
+BINARY64, BINARY32 = (53, -1022, 1023, 1023), (24, -126, 127, 127)
+EDGES = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 5e-324, -5e-324, 2.2250738585072014e-308,
+         2.225073858507201e-308, 1.7976931348623157e308, -1.7976931348623157e308, 1.5, 3.0, 0.1, 2.0 ** 53,
+         1.5e-323, 1e-310, 1.0 + 2 ** -52, 2.0 ** 1023, 2.0 ** -1022 * 1.5, -2.0 ** -537]
+INTRINSICS = {"rn": ("{a} + {b}", "{a} - {b}", "{a} * {b}"),
+              **{mode: (f"__dadd_{cuda}({{a}}, {{b}})", f"__dsub_{cuda}({{a}}, {{b}})", f"__dmul_{cuda}({{a}}, {{b}})")
+                 for mode, cuda in (("rz", "rz"), ("rm", "rd"), ("rp", "ru"))}}
+
+
+def rounded(q: Fraction, mode: str, negative_zero: bool = False, form=BINARY64) -> int:
+    """The bits of the IEEE number nearest q in ``mode`` (rn, rz, rm, rp), exactly (a zero's sign given)."""
+    p, emin, emax, bias = form
+    sign = 1 << (63 if form is BINARY64 else 31)
+    if q == 0:
+        return sign if negative_zero else 0
+    negative, m = q < 0, abs(q)
+    e = m.numerator.bit_length() - m.denominator.bit_length()
+    if Fraction(2) ** e > m:
+        e -= 1
+    e = max(e, emin)                                    # below: a subnormal's scale
+    scaled = m / Fraction(2) ** (e - p + 1)
+    kept = scaled.numerator // scaled.denominator
+    rest = scaled - kept
+    up = {"rn": rest > Fraction(1, 2) or rest == Fraction(1, 2) and kept & 1, "rz": False,
+          "rm": negative and rest > 0, "rp": not negative and rest > 0}[mode]
+    kept += up
+    if kept == 1 << p:
+        kept, e = kept >> 1, e + 1
+    if e > emax:
+        infinite = mode == "rn" or mode == ("rm" if negative else "rp")
+        magnitude = (2 * emax + 1) << (p - 1) if infinite else ((2 * emax + 1) << (p - 1)) - 1
+    elif kept < 1 << (p - 1):
+        magnitude = kept                                 # a subnormal
+    else:
+        magnitude = ((e + bias) << (p - 1)) + kept - (1 << (p - 1))
+    return magnitude | (sign if negative else 0)
+
+
+def bits(x: float) -> int:
+    return int(np.float64(x).view(np.uint64))
+
+
+def expected(a: float, b: float, op: str, mode: str) -> int:
+    """IEEE's a op b in ``mode``: exact then rounded once; infinities and NaNs as numpy computes them (no rounding
+    there), any NaN the canonical one."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        with np.errstate(all="ignore"):
+            special = {"+": np.add, "-": np.subtract, "*": np.multiply}[op](np.float64(a), np.float64(b))
+        return CANONICAL_NAN if np.isnan(special) else bits(float(special))
+    x, y = Fraction(a), Fraction(b)
+    exact = {"+": x + y, "-": x - y, "*": x * y}[op]
+    if exact != 0 or op == "*":
+        # a zero product keeps the operands' signs; a sum that is exactly zero: +0, or -0 rounding down, or where
+        # both operands are zeros of that sign
+        return rounded(exact, mode, negative_zero=math.copysign(1, a) * math.copysign(1, b) < 0)
+    sign_b = -math.copysign(1, b) if op == "-" else math.copysign(1, b)
+    same = math.copysign(1, a) == sign_b
+    return rounded(exact, mode, negative_zero=(same and math.copysign(1, a) < 0) or (not same and mode == "rm"))
+
+
+def draw(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Doubles of every kind: random bits (subnormals, huge, NaNs), values near 1, and the edges."""
+    kind = rng.integers(0, 3, n)
+    raw = rng.integers(0, 2 ** 63, n, dtype=np.int64).astype(np.uint64) | (
+        rng.integers(0, 2, n).astype(np.uint64) << np.uint64(63))
+    values = raw.view(np.float64).copy()
+    near = rng.uniform(-4, 4, n) * 2.0 ** rng.integers(-30, 30, n)
+    values[kind == 1] = near[kind == 1]
+    values[kind == 2] = rng.choice(np.array(EDGES), n)[kind == 2]
+    return values
+
+
+def source(mode: str, dtype: str = "double") -> str:
+    """A kernel computing the three ops of a[i] and b[i] in ``mode``."""
+    ops = "".join(f"    out[3 * i + {j}] = {form.format(a='a[i]', b='b[i]')};\n"
+                  for j, form in enumerate(INTRINSICS[mode]))
+    return (f'extern "C" __global__ void ops(const {dtype} *a, const {dtype} *b, {dtype} *out)\n'
+            f'{{\n    int i = threadIdx.x;\n{ops}}}\n')
+
+
+def check(ops: int, seed: int, mode: str = "rn") -> dict:
+    """Run ``ops`` random ops (a third each of add, sub, mul) in ``mode``; returns counts and the mismatches."""
+    from qwengpu import Device
+    rng = np.random.default_rng(seed)
+    dev = Device()
+    kernel = dev.load_kernel(source(mode), "ops")
+    pa, pb, out = dev.alloc(4), dev.alloc(4), dev.alloc(12)
+    report = {"ops": 0, "mismatches": [], "records": 0}
+    start = time.time()
+    while report["ops"] < ops:
+        a, b = draw(rng, 2), draw(rng, 2)
+        if rng.random() < 0.3:          # a cancellation: b = -a or a neighbour of a
+            b[0] = a[0] * rng.choice([1.0, -1.0, 1 + 2 ** -52, -(1 - 2 ** -53)])
+        dev.write(pa, a)
+        dev.write(pb, b)
+        before = dev.stats["records"]
+        dev.launch(kernel, threads=2, args=[pa, pb, out])
+        report["records"] += dev.stats["records"] - before
+        got = dev.read(out, 12).view(np.uint64).reshape(2, 3)
+        for i in range(2):
+            for j, op in enumerate("+-*"):
+                want = expected(float(a[i]), float(b[i]), op, mode)
+                report["ops"] += 1
+                if int(got[i, j]) != want:
+                    report["mismatches"].append((float(a[i]), op, float(b[i]), mode, hex(int(got[i, j])), hex(want)))
+    report["seconds"] = time.time() - start
+    return report
+
+
+def cost() -> list[tuple[str, float, float]]:
+    """Tokens written per element (a thread an element, 2 threads) of y = a op b, float32 beside float64."""
+    from qwengpu import Device
+    rows = []
+    for j, name in enumerate(("add", "sub", "mul")):
+        written = []
+        for dtype, words in (("float", 1), ("double", 2)):
+            dev = Device()
+            text = (f'extern "C" __global__ void op(const {dtype} *a, const {dtype} *b, {dtype} *out)\n'
+                    f'{{ int i = threadIdx.x; out[i] = {INTRINSICS["rn"][j].format(a="a[i]", b="b[i]")}; }}\n')
+            kernel = dev.load_kernel(text, "op")
+            pa, pb, out = dev.alloc(2 * words), dev.alloc(2 * words), dev.alloc(2 * words)
+            values = np.array([1.1, -2.7], np.float32 if dtype == "float" else np.float64)
+            dev.write(pa, values)
+            dev.write(pb, values[::-1].copy())
+            dev.launch(kernel, threads=2, args=[pa, pb, out])        # lowered (and warmed) once
+            before = dev.stats["tokens_written"]
+            dev.launch(kernel, threads=2, args=[pa, pb, out])
+            written.append((dev.stats["tokens_written"] - before) / 2)
+        rows.append((name, *written))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", type=int, default=600)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--mode", choices=sorted(INTRINSICS), default="rn")
+    parser.add_argument("--cost", action="store_true", help="tokens written per element, float beside double")
+    args = parser.parse_args(argv)
+    if args.cost:
+        print("op   float32 tokens  float64 tokens  ratio   (per element, interpreter)")
+        for name, single, double in cost():
+            print(f"{name:4} {single:14.0f}  {double:14.0f}  {double / single:5.1f}x")
+        return 0
+    report = check(args.ops, args.seed, args.mode)
+    print(f"ops {report['ops']} ({args.mode}), mismatches {len(report['mismatches'])}, records {report['records']} "
+          f"({report['seconds']:.0f} s)")
+    for mismatch in report["mismatches"][:20]:
+        print("MISMATCH", *mismatch)
+    return 1 if report["mismatches"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,516 @@
+"""Doubles as integers: float64 instructions rewritten as 64-bit integer PTX, whose values the pairs stage keeps in
+two words (qwengpu.lowering.pairs), as it keeps a ``long long``.
+
+The machine has no floating point and 32-bit words, but a double is 64 bits of IEEE binary64, and its arithmetic
+can be computed with integer instructions on those bits, as the floats stage does for float32. This stage writes
+each double instruction it builds as 64-bit integer PTX (add, shifts, compares, ``clz.b64``, ``mul.lo`` /
+``mul.hi.u64``), and ``lower`` gives every 64-bit register it writes to the pairs stage as a pair of words:
+
+- moving one (``ld`` / ``st`` / ``mov`` / ``selp`` ``.f64``, a ``double`` parameter, a literal ``0d3FB9...``) moves
+  64 bits: the type becomes ``.b64``; in memory a double is two words, the low word first (a GPU's layout);
+- ``neg`` and ``abs`` change the sign bit alone (a NaN's too, as the floats stage does);
+- ``setp`` (PTX's fourteen ordered and unordered tests, ``num``, ``nan``) orders ``sign ? -magnitude : magnitude``
+  as signed 64-bit integers (-0 == +0), each operand's NaN test beside; ``testp`` reads the magnitude; ``min`` /
+  ``max`` follow PTX (a NaN operand ignored, two NaNs the canonical NaN, -0 below +0) through the total order
+  ``x ^ ((x >> 63) >>> 1)``;
+- ``add``, ``sub`` and ``mul`` in each rounding (``.rn``, ``.rz``, ``.rm``, ``.rp``), IEEE binary64 as NVIDIA's
+  double unit computes it: subnormals in and out, overflow to infinity (or the largest finite double, rounding
+  toward zero), x + (-x) = +0 (-0 rounding down), any NaN result the canonical NaN 0x7fffffffffffffff (NVIDIA's
+  float unit writes 0x7fffffff for float32; tests/test_doubles.py checks the double one where a GPU is lent). An
+  add aligns the smaller significand with a sticky bit, adds or subtracts, normalises by ``clz``, rounds; a
+  multiply takes the 106-bit product of the significands from ``mul.lo`` and ``mul.hi``, normalised the same way;
+- conversions: ``cvt.f64.f32`` (exact, a float32 subnormal normalised), ``cvt.rn / rz / rm / rp .f32.f64`` (a
+  float's 24 bits rounded once, float32 subnormals and overflow as IEEE), ``cvt.rn.f64.s32 / u32`` (exact),
+  ``cvt.rzi.s32 / u32 .f64`` (C's ``(int)d``: toward zero, saturated, a NaN 0).
+
+So a double by accident (``y[i] = 0.1 * x[i]``: a float widened, a double multiply, the product rounded to a float)
+runs, bit for bit as a GPU computes it, and so do double arrays and arguments. The rest of double arithmetic
+(division, square roots, fused multiply-adds, conversions of 64-bit integers, the math library) is refused where a
+thread takes its path (qwengpu.lowering.paths), naming the instruction.
+
+Cost (``python -m qccl_bench.double_check --cost``, tokens the model writes per element, a thread an element):
+an add 2,568 beside float32's 429 (6.0x), a multiply 3,600 beside 440 (8.2x); each 64-bit op is 2 to 20 of the
+machine's ops once the pairs stage has written it in words (a ``clz.b64`` about 50, a ``mul.hi.u64`` about 90).
+Longer than the ROM, such programs run as overlays; a kernel of several double ops under a branch or in a loop
+(every op under a lane predicate) takes seconds to a minute to lower, once per argument shape.
+
+Example::
+
+    >>> from qwengpu.ptx import Instruction, Reg, Kernel
+    >>> k = Kernel("k", body=[Instruction("neg.f64", (Reg("%fd2"), Reg("%fd1")), None, False, 7, "neg.f64 %fd2, %fd1")],
+    ...            registers={"%fd": "f64"})
+    >>> body, doubles = rewrite(k)
+    >>> [i.opcode for i in body.body], sorted(doubles)
+    (['xor.b64'], ['%fd1', '%fd2'])
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..ptx import Imm, Instruction, Kernel, Reg
+
+__all__ = ["rewrite", "supported"]
+
+SIGN = 1 << 63
+MAGNITUDE = SIGN - 1
+INFINITY = 0x7FF0000000000000       # the magnitude of an infinity; a NaN's is above it
+FRACTION = (1 << 52) - 1
+HIDDEN = 1 << 52
+SMALLEST_NORMAL = HIDDEN
+LARGEST = 0x7FEFFFFFFFFFFFFF
+CANONICAL_NAN = 0x7FFFFFFFFFFFFFFF  # NVIDIA's NaN result, as its float32 one 0x7fffffff
+FLOAT_NAN = 0x7FFFFFFF
+ROUNDINGS = ("rn", "rz", "rm", "rp")
+# Significands are worked on with their top bit at bit 62 (bit 63 takes an add's carry) and 10 bits below the
+# double's last: the rounding's bit (9) and the sticky bits.
+GUARD = 10
+MOVES = ("ld", "st", "mov", "selp")
+ORDERED = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+UNORDERED = {"equ": "eq", "neu": "ne", "ltu": "lt", "leu": "le", "gtu": "gt", "geu": "ge"}
+TESTS = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"}
+
+
+def _rounding(inst: Instruction) -> str | None:
+    modes = [m for m in inst.modifiers if m in ROUNDINGS]
+    return modes[0] if modes else None
+
+
+def supported(inst: Instruction) -> bool:
+    """Whether this stage builds a double instruction (the others are refused where a thread meets one:
+    qwengpu.lowering.paths)."""
+    mods = inst.modifiers
+    if "f64" not in mods or {"ftz", "sat", "approx"} & set(mods):
+        return False
+    base = inst.base
+    if base in MOVES or base in ("neg", "abs", "min", "max"):
+        return True
+    if base == "setp":
+        tests = [m for m in mods if m != "f64"]
+        return len(tests) == 1 and inst.pair is None and (tests[0] in ORDERED or tests[0] in UNORDERED or
+                                                           tests[0] in ("num", "nan"))
+    if base == "testp":
+        return any(m in TESTS for m in mods)
+    if base in ("add", "sub", "mul"):
+        return len([m for m in mods if m in ROUNDINGS]) <= 1 and len(mods) <= 2
+    if base == "cvt":
+        return mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32"), ("rzi", "s32", "f64"),
+                        ("rzi", "u32", "f64")) or (len(mods) == 3 and mods[0] in ROUNDINGS and mods[1:] == (
+                            "f32", "f64"))
+    return False
+
+
+def rewrite(kernel: Kernel) -> tuple[Kernel, frozenset]:
+    """The kernel with the double instructions this stage builds as 64-bit integer ones, and the 64-bit registers
+    that hold doubles (its temporaries among them): the pairs stage keeps them as pairs of words. Others are left
+    for the paths stage, which refuses them where a thread meets one."""
+    if not any(isinstance(i, Instruction) and "f64" in i.modifiers for i in kernel.body):
+        return kernel, frozenset()
+    builder = _Builder(kernel)
+    for item in kernel.body:
+        if isinstance(item, Instruction) and supported(item):
+            builder.rewrite(item)
+        else:
+            builder.body.append(item)
+    registers = {name: ("b64" if typ == "f64" else typ) for name, typ in kernel.registers.items()}
+    registers.update(builder.temporaries)
+    return dataclasses.replace(kernel, body=builder.body, registers=registers), frozenset(builder.doubles)
+
+
+class _Builder:
+    """Writes one double instruction at a time as integer instructions into ``body``, with fresh temporaries."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.body: list = []
+        self.temporaries: dict[str, str] = {}
+        self.doubles: set[str] = set()
+        prefix = "%dbl_"
+        while any(name.startswith(prefix) for name in kernel.registers):
+            prefix += "_"
+        self.prefix = prefix
+        self.count = 0
+        self.inst: Instruction | None = None
+
+    # -- building blocks -------------------------------------------------------------------------------------------
+    def temp(self, kind: str) -> Reg:
+        prefix = self.prefix + {"pred": "p", "b32": "r", "b64": "d"}[kind]
+        self.temporaries[prefix] = kind
+        self.count += 1
+        name = f"{prefix}{self.count}"
+        if kind == "b64":
+            self.doubles.add(name)
+        return Reg(name)
+
+    def emit(self, opcode: str, dst: Reg, *operands) -> Reg:
+        inst = self.inst
+        self.body.append(Instruction(opcode, (dst,) + operands, None, False, inst.line, inst.text))
+        return dst
+
+    def d(self, opcode: str, *operands) -> Reg:
+        """A 64-bit result."""
+        return self.emit(opcode, self.temp("b64"), *operands)
+
+    def w(self, opcode: str, *operands) -> Reg:
+        """A word."""
+        return self.emit(opcode, self.temp("b32"), *operands)
+
+    def p(self, opcode: str, *operands) -> Reg:
+        """A predicate."""
+        return self.emit(opcode, self.temp("pred"), *operands)
+
+    def pick(self, condition, chosen, other, kind: str = "b64") -> Reg:
+        return self.emit(f"selp.{kind}", self.temp(kind), chosen, other, condition)
+
+    def magnitude(self, x):
+        return Imm(x.value & MAGNITUDE) if isinstance(x, Imm) else self.d("and.b64", x, Imm(MAGNITUDE))
+
+    def negative(self, x) -> Reg:
+        return self.p("setp.lt.s64", x, Imm(0))
+
+    def exponent(self, x) -> Reg:
+        """The biased exponent field, a word."""
+        return self.w("and.b32", self.w("cvt.u32.u64", self.d("shr.u64", x, Imm(52))), Imm(0x7FF))
+
+    def significand(self, x, exponent: Reg) -> Reg:
+        """The fraction with the hidden bit where the exponent is not 0 (a normal double)."""
+        fraction = self.d("and.b64", x, Imm(FRACTION))
+        normal = self.p("setp.ne.u32", exponent, Imm(0))
+        return self.d("or.b64", fraction, self.pick(normal, Imm(HIDDEN), Imm(0)))
+
+    def shift_right_sticky(self, m: Reg, amount: Reg) -> Reg:
+        """m >> amount (amount 0..63, a word), the bits shifted out folded into bit 0."""
+        lost = self.d("shl.b64", m, self.w("sub.u32", Imm(64), amount))     # an amount of 0 shifts by 64: 0
+        sticky = self.pick(self.p("setp.ne.u64", lost, Imm(0)), Imm(1), Imm(0))
+        return self.d("or.b64", self.d("shr.u64", m, amount), sticky)
+
+    def normalise(self, m: Reg, exponent: Reg) -> tuple[Reg, Reg]:
+        """A nonzero significand with its top bit anywhere moved to bit 62 (a carry into bit 63 moved down, its
+        bit kept as a sticky bit), and its exponent moved by as much."""
+        shift = self.w("sub.u32", self.w("clz.b64", m), Imm(1))        # -1 (a carry) .. 62
+        carried = self.p("setp.eq.u32", shift, Imm(0xFFFFFFFF))
+        down = self.d("or.b64", self.d("shr.u64", m, Imm(1)), self.d("and.b64", m, Imm(1)))
+        up = self.d("shl.b64", m, shift)
+        return self.pick(carried, down, up), self.w("sub.s32", exponent, shift)
+
+    def round_and_pack(self, sign: Reg, exponent: Reg, m: Reg, mode: str) -> Reg:
+        """The double nearest (in ``mode``) to m * 2^(exponent - 1023 - 62), m's top bit at 62, with its sign:
+        below the smallest normal exponent the significand is shifted right (a subnormal, sticky bit kept),
+        then rounded at bit GUARD; exponent - 1 + the significand with its hidden bit packs the fields (a
+        rounding that carries into bit 53, or a subnormal that rounds up to the smallest normal, raises the
+        exponent by the carry); past the largest finite, infinity or the largest finite as the mode says."""
+        below = self.p("setp.lt.s32", exponent, Imm(1))
+        under = self.w("min.u32", self.w("sub.u32", Imm(1), exponent), Imm(63))
+        m = self.pick(below, self.shift_right_sticky(m, under), m)
+        exponent = self.w("max.s32", exponent, Imm(1))
+        kept = self.d("shr.u64", m, Imm(GUARD))
+        tail = self.d("and.b64", m, Imm((1 << GUARD) - 1))
+        up = self.rounds_up(sign, tail, 1 << (GUARD - 1), mode,
+                            lambda: self.p("setp.ne.u64", self.d("and.b64", kept, Imm(1)), Imm(0)))
+        if up is not None:
+            kept = self.d("add.u64", kept, self.pick(up, Imm(1), Imm(0)))
+        field = self.d("shl.b64", self.d("cvt.u64.u32", self.w("sub.u32", exponent, Imm(1))), Imm(52))
+        packed = self.d("add.u64", field, kept)
+        overflow = self.p("setp.ge.u64", packed, Imm(INFINITY))
+        packed = self.pick(overflow, self.overflowed(sign, mode, INFINITY, LARGEST), packed)
+        return self.d("or.b64", packed, self.pick(sign, Imm(SIGN), Imm(0)))
+
+    def rounds_up(self, sign: Reg, tail: Reg, half: int, mode: str, odd):
+        """Whether a value cut to what it keeps, with ``tail`` the (64-bit) bits cut, rounds away from zero; None
+        toward zero. To nearest: the tail above ``half``, or half and what is kept odd (``odd()``, a predicate);
+        toward an infinity: any tail, where the sign is that infinity's."""
+        if mode == "rz":
+            return None
+        if mode != "rn":
+            toward = self.emit("not.pred", self.temp("pred"), sign) if mode == "rp" else sign
+            return self.p("and.pred", self.p("setp.ne.u64", tail, Imm(0)), toward)
+        above = self.p("setp.gt.u64", tail, Imm(half))
+        tie = self.p("setp.eq.u64", tail, Imm(half))
+        return self.p("or.pred", above, self.p("and.pred", tie, odd()))
+
+    def overflowed(self, sign: Reg, mode: str, infinity: int, largest: int):
+        """What a finite result past the largest finite becomes: infinity to nearest, toward zero the largest
+        finite, toward an infinity that infinity on its sign's side and the largest finite on the other."""
+        if mode == "rn":
+            return Imm(infinity)
+        if mode == "rz":
+            return Imm(largest)
+        infinite_side = self.emit("not.pred", self.temp("pred"), sign) if mode == "rp" else sign
+        kind = "b64" if infinity > 0xFFFFFFFF else "b32"
+        return self.pick(infinite_side, Imm(infinity), Imm(largest), kind)
+
+    # -- the instructions --------------------------------------------------------------------------------------------
+    def rewrite(self, inst: Instruction) -> None:
+        self.inst = inst
+        for operand in inst.operands:
+            if isinstance(operand, Reg) and self.kernel.registers.get(_prefix(operand.name)) == "f64":
+                self.doubles.add(operand.name)
+        if inst.base in MOVES:
+            self._move(inst)
+            return
+        dst = inst.operands[0]
+        written = [m for m in inst.modifiers if m not in ROUNDINGS and m != "rzi"][0]      # the result's type
+        kind = "pred" if inst.base in ("setp", "testp") else ("b64" if written == "f64" else "b32")
+        result = getattr(self, f"_{inst.base}")(inst, *inst.operands[1:])
+        # one write of the destination, under the instruction's guard (the sequence before it runs on every lane)
+        self.body.append(Instruction(f"mov.{kind}", (dst, result), inst.guard, inst.guard_negated, inst.line,
+                                     inst.text))
+
+    def _move(self, inst: Instruction) -> None:
+        """ld / st / mov / selp .f64 are those of .b64: a double is 64 bits."""
+        opcode = ".".join([inst.base] + ["b64" if m == "f64" else m for m in inst.modifiers])
+        self.body.append(dataclasses.replace(inst, opcode=opcode))
+
+    def _neg(self, inst, x):
+        return self.d("xor.b64", x, Imm(SIGN))
+
+    def _abs(self, inst, x):
+        return self.d("and.b64", x, Imm(MAGNITUDE))
+
+    def _setp(self, inst, a, b):
+        test = next(m for m in inst.modifiers if m != "f64")
+        nans = [self.p("setp.gt.u64", self.magnitude(x), Imm(INFINITY)) for x in ((a,) if a == b else (a, b))]
+        unordered = nans[0] if len(nans) == 1 else self.p("or.pred", *nans)
+        if test == "nan":
+            return unordered
+        ordered = self.emit("not.pred", self.temp("pred"), unordered)
+        if test == "num":
+            return ordered
+        cmp = ORDERED.get(test) or UNORDERED[test]
+        holds = self.p(f"setp.{cmp}.s64", self.compare_key(a), self.compare_key(b))
+        if test in UNORDERED:
+            return self.p("or.pred", holds, unordered)
+        return self.p("and.pred", holds, ordered)
+
+    def compare_key(self, x):
+        """sign ? -magnitude : magnitude, as a signed 64-bit integer: the IEEE order of non-NaN doubles."""
+        if isinstance(x, Imm):
+            bits = x.value & ((1 << 64) - 1)
+            return Imm((-(bits & MAGNITUDE) if bits & SIGN else bits) & ((1 << 64) - 1))
+        magnitude = self.magnitude(x)
+        return self.pick(self.negative(x), self.d("sub.s64", Imm(0), magnitude), magnitude)
+
+    def _testp(self, inst, x):
+        test = next(m for m in inst.modifiers if m in TESTS)
+        magnitude = self.magnitude(x)
+        if test == "finite":
+            return self.p("setp.lt.u64", magnitude, Imm(INFINITY))
+        if test == "infinite":
+            return self.p("setp.eq.u64", magnitude, Imm(INFINITY))
+        if test == "number":
+            return self.p("setp.le.u64", magnitude, Imm(INFINITY))
+        if test == "notanumber":
+            return self.p("setp.gt.u64", magnitude, Imm(INFINITY))
+        small = self.p("setp.lt.u64", magnitude, Imm(SMALLEST_NORMAL))
+        if test == "subnormal":
+            return self.p("and.pred", small, self.p("setp.ne.u64", magnitude, Imm(0)))
+        return self.p("and.pred", self.emit("not.pred", self.temp("pred"), small),
+                      self.p("setp.lt.u64", magnitude, Imm(INFINITY)))
+
+    def _min(self, inst, a, b):
+        return self._order(a, b, keep_first="lt")
+
+    def _max(self, inst, a, b):
+        return self._order(a, b, keep_first="gt")
+
+    def _order(self, a, b, keep_first: str):
+        """PTX's min / max: a NaN operand ignored, two NaNs the canonical NaN; -0 below +0 (the total order)."""
+        def key(x):
+            if isinstance(x, Imm):
+                bits = x.value & ((1 << 64) - 1)
+                return Imm(bits ^ (MAGNITUDE if bits & SIGN else 0))
+            return self.d("xor.b64", x, self.d("shr.u64", self.d("shr.s64", x, Imm(63)), Imm(1)))
+        first = self.p(f"setp.{keep_first}.s64", key(a), key(b))
+        result = self.pick(first, a, b)
+        nan_a = self.p("setp.gt.u64", self.magnitude(a), Imm(INFINITY))
+        nan_b = self.p("setp.gt.u64", self.magnitude(b), Imm(INFINITY))
+        result = self.pick(nan_a, b, result)
+        result = self.pick(nan_b, a, result)
+        return self.pick(self.p("and.pred", nan_a, nan_b), Imm(CANONICAL_NAN), result)
+
+    def _sub(self, inst, a, b):
+        flipped = Imm((b.value ^ SIGN) & ((1 << 64) - 1)) if isinstance(b, Imm) else self.d("xor.b64", b, Imm(SIGN))
+        return self._sum(a, flipped, _rounding(inst) or "rn")
+
+    def _add(self, inst, a, b):
+        return self._sum(a, b, _rounding(inst) or "rn")
+
+    def _sum(self, a, b, mode: str) -> Reg:
+        """a + b rounded once: x the operand of the larger magnitude, y's significand shifted right by the
+        exponents' difference with a sticky bit, added or (signs that differ) subtracted, normalised, rounded."""
+        mag_a, mag_b = self.magnitude(a), self.magnitude(b)
+        swap = self.p("setp.lt.u64", mag_a, mag_b)
+        x, y = self.pick(swap, b, a), self.pick(swap, a, b)
+        mag_x, mag_y = self.pick(swap, mag_b, mag_a), self.pick(swap, mag_a, mag_b)
+        sign = self.negative(x)
+        differ = self.p("xor.pred", sign, self.negative(y))
+        ex, ey = self.exponent(x), self.exponent(y)
+        mx = self.d("shl.b64", self.significand(x, ex), Imm(GUARD))
+        my = self.d("shl.b64", self.significand(y, ey), Imm(GUARD))
+        ex, ey = self.w("max.u32", ex, Imm(1)), self.w("max.u32", ey, Imm(1))       # a subnormal's scale
+        distance = self.w("min.u32", self.w("sub.u32", ex, ey), Imm(63))
+        my = self.shift_right_sticky(my, distance)
+        total = self.pick(differ, self.d("sub.u64", mx, my), self.d("add.u64", mx, my))
+        zero = self.p("setp.eq.u64", total, Imm(0))
+        # a nonzero total: normalised (a zero one's clz would shift it by 63: its result is chosen below)
+        m, exponent = self.normalise(total, ex)
+        result = self.round_and_pack(sign, exponent, m, mode)
+        # an exact zero: x + (-x) is +0 (-0 rounding down); two zeros of one sign keep it
+        zero_sign = self.p("and.pred", sign, self.emit("not.pred", self.temp("pred"), differ))
+        if mode == "rm":
+            zero_sign = self.p("or.pred", zero_sign, differ)
+        result = self.pick(zero, self.pick(zero_sign, Imm(SIGN), Imm(0)), result)
+        # infinities and NaNs: x has the larger magnitude, so it is the NaN or the infinity if there is one
+        infinite = self.p("setp.eq.u64", mag_x, Imm(INFINITY))
+        result = self.pick(infinite, x, result)
+        opposed = self.p("and.pred", self.p("and.pred", infinite, differ), self.p("setp.eq.u64", mag_y,
+                                                                                   Imm(INFINITY)))
+        nan = self.p("or.pred", self.p("setp.gt.u64", mag_x, Imm(INFINITY)), opposed)
+        return self.pick(nan, Imm(CANONICAL_NAN), result)
+
+    def _mul(self, inst, a, b):
+        """a * b rounded once: the 106-bit product of the significands (``mul.lo`` / ``mul.hi.u64``) shifted left
+        by its leading zeros less one, so its top bit is bit 126 of 128; the high 64 bits with a sticky bit for
+        the low ones are rounded as a sum's."""
+        mode = _rounding(inst) or "rn"
+        mag_a, mag_b = self.magnitude(a), self.magnitude(b)
+        sign = self.p("setp.lt.s64", self.d("xor.b64", a, b), Imm(0))
+        ea, eb = self.exponent(a), self.exponent(b)
+        ma, mb = self.significand(a, ea), self.significand(b, eb)
+        low, high = self.d("mul.lo.u64", ma, mb), self.d("mul.hi.u64", ma, mb)
+        # leading zeros of the 128 bits (the product is not 0 where it is used)
+        top_zeros = self.w("clz.b64", high)
+        empty = self.p("setp.eq.u64", high, Imm(0))
+        zeros = self.w("add.u32", top_zeros, self.pick(empty, self.w("clz.b64", low), Imm(0), "b32"))
+        shift = self.w("sub.u32", zeros, Imm(1))           # 21 .. 127
+        # shift < 64: high << s | low >> (64 - s), low << s left; 64 or more: low << (s - 64), nothing left
+        wide = self.p("setp.ge.u32", shift, Imm(64))
+        joined = self.d("or.b64", self.d("shl.b64", high, shift),
+                        self.d("shr.u64", low, self.w("sub.u32", Imm(64), shift)))
+        top = self.pick(wide, self.d("shl.b64", low, self.w("sub.u32", shift, Imm(64))), joined)
+        rest = self.d("shl.b64", low, shift)                # 0 for a shift of 64 or more
+        m = self.d("or.b64", top, self.pick(self.p("setp.ne.u64", rest, Imm(0)), Imm(1), Imm(0)))
+        exponent = self.w("sub.s32", self.w("add.s32", self.w("max.u32", ea, Imm(1)), self.w("max.u32", eb, Imm(1))),
+                          self.w("add.u32", shift, Imm(1001)))
+        result = self.round_and_pack(sign, exponent, m, mode)
+        signed_zero = self.pick(sign, Imm(SIGN), Imm(0))
+        zero = self.p("or.pred", self.p("setp.eq.u64", mag_a, Imm(0)), self.p("setp.eq.u64", mag_b, Imm(0)))
+        result = self.pick(zero, signed_zero, result)
+        infinite = self.p("or.pred", self.p("setp.eq.u64", mag_a, Imm(INFINITY)),
+                          self.p("setp.eq.u64", mag_b, Imm(INFINITY)))
+        result = self.pick(infinite, self.d("or.b64", signed_zero, Imm(INFINITY)), result)
+        nan = self.p("or.pred", self.p("setp.gt.u64", mag_a, Imm(INFINITY)),
+                     self.p("setp.gt.u64", mag_b, Imm(INFINITY)))
+        nan = self.p("or.pred", nan, self.p("and.pred", infinite, zero))        # inf * 0
+        return self.pick(nan, Imm(CANONICAL_NAN), result)
+
+    def _cvt(self, inst, x):
+        mods = inst.modifiers
+        if mods == ("f64", "f32"):
+            return self._widen(x)
+        if mods[1:] == ("f32", "f64"):
+            return self._narrow(x, mods[0])
+        if mods[1:] in (("f64", "s32"), ("f64", "u32")):
+            return self._from_word(x, mods[2] == "s32")
+        return self._to_word(x, mods[1] == "s32")
+
+    def _joined(self, lo, hi) -> Reg:
+        """(u64)hi << 32 | lo of two words."""
+        return self.d("or.b64", self.d("shl.b64", self.d("cvt.u64.u32", hi), Imm(32)), self.d("cvt.u64.u32", lo))
+
+    def _widen(self, f) -> Reg:
+        """cvt.f64.f32, exact: the exponent rebiased (+896), the fraction moved to the top of 52 bits; a float32
+        subnormal normalised first (it is a normal double); zeros keep their sign, infinities stay infinite, a NaN
+        becomes the canonical NaN."""
+        sign = self.w("and.b32", f, Imm(0x80000000))
+        magnitude = self.w("and.b32", f, Imm(0x7FFFFFFF))
+        exponent = self.w("shr.u32", magnitude, Imm(23))
+        # a subnormal: shifted so its top bit is the hidden one (bit 23), its exponent 1 - shift
+        shift = self.w("sub.u32", self.w("clz.b32", magnitude), Imm(8))
+        subnormal = self.p("setp.eq.u32", exponent, Imm(0))
+        fraction = self.w("and.b32", self.pick(subnormal, self.w("shl.b32", magnitude, shift), magnitude, "b32"),
+                          Imm(0x7FFFFF))
+        exponent = self.pick(subnormal, self.w("sub.u32", Imm(1), shift), exponent, "b32")
+        high = self.w("or.b32", self.w("shl.b32", self.w("add.u32", exponent, Imm(896)), Imm(20)),
+                      self.w("shr.u32", fraction, Imm(3)))
+        high = self.pick(self.p("setp.eq.u32", magnitude, Imm(0)), Imm(0), high, "b32")
+        high = self.pick(self.p("setp.eq.u32", magnitude, Imm(0x7F800000)), Imm(0x7FF00000), high, "b32")
+        high = self.w("or.b32", high, sign)
+        low = self.w("shl.b32", fraction, Imm(29))
+        result = self._joined(low, high)
+        return self.pick(self.p("setp.gt.u32", magnitude, Imm(0x7F800000)), Imm(CANONICAL_NAN), result)
+
+    def _narrow(self, x, mode: str) -> Reg:
+        """cvt.r*.f32.f64: the significand's top 24 bits rounded once at the float32 exponent (rebiased -896;
+        below float32's smallest normal exponent shifted further, a subnormal), packed as exponent - 1 + the
+        significand, past the largest float32 infinity or the largest finite as the mode says; a NaN the
+        canonical float32 NaN."""
+        sign = self.negative(x)
+        magnitude = self.magnitude(x)
+        e = self.exponent(x)
+        m = self.significand(x, e)
+        exponent = self.w("sub.s32", self.w("max.u32", e, Imm(1)), Imm(896))        # float32's biased exponent
+        # 29 bits fall off a normal float32; below exponent 1, 1 - exponent more; 63 at most (the rest sticky)
+        cut = self.w("min.u32", self.w("add.u32", Imm(29), self.w("max.s32", self.w("sub.s32", Imm(1), exponent),
+                                                                     Imm(0))), Imm(63))
+        kept = self.w("cvt.u32.u64", self.d("shr.u64", m, cut))
+        tail = self.d("shl.b64", m, self.w("sub.u32", Imm(64), cut))      # the bits cut, at the top of 64
+        up = self.rounds_up(sign, tail, SIGN, mode,
+                            lambda: self.p("setp.ne.u32", self.w("and.b32", kept, Imm(1)), Imm(0)))
+        if up is not None:
+            kept = self.w("add.u32", kept, self.pick(up, Imm(1), Imm(0), "b32"))
+        exponent = self.w("max.s32", exponent, Imm(1))
+        packed = self.w("add.u32", self.w("shl.b32", self.w("sub.u32", exponent, Imm(1)), Imm(23)), kept)
+        # an exponent past float32's: infinity (or the largest finite); packed may have wrapped past 2^32 there
+        past = self.p("or.pred", self.p("setp.ge.u32", packed, Imm(0x7F800000)),
+                      self.p("setp.gt.s32", exponent, Imm(254)))
+        packed = self.pick(past, self.overflowed(sign, mode, 0x7F800000, 0x7F7FFFFF), packed, "b32")
+        packed = self.w("or.b32", packed, self.pick(sign, Imm(0x80000000), Imm(0), "b32"))
+        special = self.p("setp.ge.u64", magnitude, Imm(INFINITY))
+        infinity = self.pick(sign, Imm(0xFF800000), Imm(0x7F800000), "b32")
+        packed = self.pick(special, infinity, packed, "b32")
+        return self.pick(self.p("setp.gt.u64", magnitude, Imm(INFINITY)), Imm(FLOAT_NAN), packed, "b32")
+
+    def _from_word(self, x, signed: bool) -> Reg:
+        """cvt.rn.f64.s32 / u32, exact: the magnitude's top bit moved to bit 31 (clz), the 31 bits below it the
+        fraction's top, the exponent 1023 + 31 - clz; 0 is +0."""
+        magnitude = x
+        negative = None
+        if signed:
+            negative = self.p("setp.lt.s32", x, Imm(0))
+            magnitude = self.pick(negative, self.w("sub.s32", Imm(0), x), x, "b32")
+        zeros = self.w("clz.b32", magnitude)
+        fraction = self.w("shl.b32", self.w("shl.b32", magnitude, zeros), Imm(1))     # the hidden bit dropped
+        high = self.w("or.b32", self.w("shl.b32", self.w("sub.u32", Imm(1054), zeros), Imm(20)),
+                      self.w("shr.u32", fraction, Imm(12)))
+        if negative is not None:
+            high = self.w("or.b32", high, self.pick(negative, Imm(0x80000000), Imm(0), "b32"))
+        high = self.pick(self.p("setp.eq.u32", magnitude, Imm(0)), Imm(0), high, "b32")
+        return self._joined(self.w("shl.b32", fraction, Imm(20)), high)
+
+    def _to_word(self, x, signed: bool) -> Reg:
+        """cvt.rzi.s32 / u32 .f64, C's (int)d: the significand shifted right by 52 - (exponent - 1023), toward
+        zero; saturated as PTX says (to the type's range, a negative to 0 unsigned), a NaN 0."""
+        sign = self.negative(x)
+        e = self.exponent(x)
+        m = self.significand(x, e)
+        power = self.w("sub.s32", e, Imm(1023))            # the value is m * 2^(power - 52)
+        small = self.p("setp.lt.s32", power, Imm(0))       # |x| < 1: 0
+        shift = self.w("min.u32", self.w("sub.u32", Imm(52), self.w("max.s32", power, Imm(0))), Imm(63))
+        whole = self.w("cvt.u32.u64", self.d("shr.u64", m, shift))
+        whole = self.pick(small, Imm(0), whole, "b32")
+        if signed:
+            value = self.pick(sign, self.w("sub.s32", Imm(0), whole), whole, "b32")
+            big = self.p("setp.ge.s32", power, Imm(31))     # |x| >= 2^31: saturated (-2^31 exactly is INT_MIN)
+            value = self.pick(big, self.pick(sign, Imm(0x80000000), Imm(0x7FFFFFFF), "b32"), value, "b32")
+        else:
+            big = self.p("setp.ge.s32", power, Imm(32))
+            value = self.pick(big, Imm(0xFFFFFFFF), whole, "b32")
+            value = self.pick(sign, Imm(0), value, "b32")
+        nan = self.p("setp.gt.u64", self.magnitude(x), Imm(INFINITY))
+        return self.pick(nan, Imm(0), value, "b32")
+
+
+def _prefix(name: str) -> str:
+    """A register's declared prefix (%fd of %fd12)."""
+    return name.rstrip("0123456789")
+

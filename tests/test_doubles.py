@@ -1,0 +1,290 @@
+"""Doubles on the machine (qwengpu.lowering.doubles): float64 add, sub and mul in each rounding, conversions to and
+from float32 and int, compares, min / max, as 64-bit integer PTX kept in pairs of words; checked against the exact
+result rounded by Python's fractions (every rounding) and against numpy's float64 (to nearest), bit for bit, and
+the NaN results against a GPU's where one is lent."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from qccl_bench.double_check import BINARY32, CANONICAL_NAN, bits, draw, expected, rounded
+from qwengpu import Device, MachineError, toolchain
+
+pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
+                                reason="NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
+
+FLOAT_NAN = 0x7FFFFFFF
+
+
+# Straight-line kernels, a thread an element: a loop or a branch around the doubles' long sequences would put each
+# of their ops under a lane predicate, which the lowering takes much longer to cut into overlays.
+ARITHMETIC = r"""
+extern "C" __global__ void nearest(const double *a, const double *b, double *out)
+{
+    int i = threadIdx.x;
+    out[3 * i] = a[i] + b[i];
+    out[3 * i + 1] = a[i] - b[i];
+    out[3 * i + 2] = a[i] * b[i];
+}
+
+extern "C" __global__ void sums(const double *a, const double *b, double *out)
+{
+    int i = threadIdx.x;
+    out[6 * i + 0] = __dadd_rz(a[i], b[i]);
+    out[6 * i + 1] = __dadd_rd(a[i], b[i]);
+    out[6 * i + 2] = __dadd_ru(a[i], b[i]);
+    out[6 * i + 3] = __dsub_rz(a[i], b[i]);
+    out[6 * i + 4] = __dsub_rd(a[i], b[i]);
+    out[6 * i + 5] = __dsub_ru(a[i], b[i]);
+}
+
+extern "C" __global__ void products(const double *a, const double *b, double *out)
+{
+    int i = threadIdx.x;
+    out[3 * i + 0] = __dmul_rz(a[i], b[i]);
+    out[3 * i + 1] = __dmul_rd(a[i], b[i]);
+    out[3 * i + 2] = __dmul_ru(a[i], b[i]);
+}
+"""
+
+
+class Machine:
+    """One device for the module, each kernel loaded (and lowered) once: a launch of a thread an element, two at
+    most (each thread keeps a few words of overlay state), its arrays allocated and freed around it."""
+
+    def __init__(self):
+        self.dev = Device()
+        self.kernels = {}
+
+    def launch(self, source: str, name: str, inputs: list, outputs: list[int]) -> list[np.ndarray]:
+        """inputs: arrays written; outputs: words of each output; returns the outputs' words (uint32)."""
+        dev = self.dev
+        if (source, name) not in self.kernels:
+            self.kernels[source, name] = dev.load_kernel(source, name)
+        words = [np.ascontiguousarray(x).reshape(-1).view(np.uint32) if x.dtype.itemsize == 8 else x for x in inputs]
+        pointers = [dev.alloc(len(w)) for w in words] + [dev.alloc(n) for n in outputs]
+        try:
+            for p, w in zip(pointers, words):
+                dev.write(p, w)
+            dev.launch(self.kernels[source, name], threads=len(inputs[0]), args=pointers)
+            return [dev.read(p, n).view(np.uint32) for p, n in zip(pointers[len(inputs):], outputs)]
+        finally:
+            for p in pointers:
+                dev.free(p)
+
+
+@pytest.fixture(scope="module")
+def machine():
+    return Machine()
+
+
+def _run(machine, name: str, a: np.ndarray, b: np.ndarray, per: int) -> np.ndarray:
+    n = len(a)
+    out, = machine.launch(ARITHMETIC, name, [a, b], [2 * n * per])
+    return out.view(np.uint64).reshape(n, per)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_add_sub_mul_round_to_nearest_as_ieee(machine, seed):
+    """Against the exact result rounded once and numpy's float64 (which are one: IEEE's), random bits of every
+    kind, cancellations (b = -a, a neighbour of a) and the edges: subnormals, overflow, infinities, NaNs, zeros.
+    bench/double_check.py runs thousands."""
+    rng = np.random.default_rng(seed)
+    a, b = draw(rng, 2), draw(rng, 2)
+    b[:1] = a[:1] * rng.choice([1.0, -1.0, 1 + 2 ** -52, -(1 - 2 ** -53)], 1)
+    got = _run(machine, "nearest", a, b, 3)
+    with np.errstate(all="ignore"):
+        numpy = np.stack([a + b, a - b, a * b], 1)
+    for i in range(len(a)):
+        for j, op in enumerate("+-*"):
+            want = expected(float(a[i]), float(b[i]), op, "rn")
+            assert int(got[i, j]) == want, (a[i], op, b[i], hex(int(got[i, j])), hex(want))
+            assert want == (CANONICAL_NAN if np.isnan(numpy[i, j]) else int(numpy[i, j:j + 1].view(np.uint64)[0]))
+
+
+@pytest.mark.parametrize("a, b", [(0.1, 0.7), (-1.7976931348623157e308, -1.5e308), (1e-300, -3e-20),
+                                  (3.0, 3.0)])
+def test_add_sub_mul_in_the_directed_roundings(machine, a, b):
+    """__dadd_rz / _rd / _ru, __dsub_*, __dmul_* (add / sub / mul .rz / .rm / .rp .f64) against the exact result
+    rounded toward zero, minus and plus infinity: inexact sums and products, overflow to the largest finite or to
+    infinity by the mode and the sign, a subnormal product, x - x (-0 rounding down)."""
+    x, y = np.array([a, -b]), np.array([b, a])
+    sums, products = _run(machine, "sums", x, y, 6), _run(machine, "products", x, y, 3)
+    for i in range(2):
+        got = sums[i].tolist() + products[i].tolist()
+        cases = [(op, mode) for op in "+-*" for mode in ("rz", "rm", "rp")]
+        want = [expected(float(x[i]), float(y[i]), op, mode) for op, mode in cases]
+        assert got == want, (x[i], y[i], [hex(v) for v in got], [hex(v) for v in want])
+
+
+CONVERSIONS = r"""
+extern "C" __global__ void floats(const float *f, const double *d, double *widened, float *narrowed)
+{
+    int i = threadIdx.x;
+    widened[i] = (double)f[i];
+    narrowed[4 * i + 0] = (float)d[i];
+    narrowed[4 * i + 1] = __double2float_rz(d[i]);
+    narrowed[4 * i + 2] = __double2float_rd(d[i]);
+    narrowed[4 * i + 3] = __double2float_ru(d[i]);
+}
+
+extern "C" __global__ void ints(const double *d, const int *k, double *from_int, int *to_int, unsigned *to_unsigned)
+{
+    int i = threadIdx.x;
+    from_int[2 * i] = (double)k[i];
+    from_int[2 * i + 1] = (double)(unsigned)k[i];
+    to_int[i] = (int)d[i];
+    to_unsigned[i] = (unsigned)d[i];
+}
+"""
+F = [1.5, -0.0, 1e-45, -3e-39, np.inf, np.nan, 3.4028235e38, 0.1]
+D = [0.1, -1e300, 1e-46, -7e-39, 2 ** 31 - 0.5, -2 ** 31 - 0.75, np.nan, 4e9, 3.4028235677973366e38,
+     -3.4028236e38, 1.401298464324817e-45 * 0.5, 2.0 ** -149 * 1.5]
+K = [0, -1, 2 ** 31 - 1, -2 ** 31, 12345, -7, 1 << 24, 3]
+
+
+@pytest.mark.parametrize("first", range(0, 12, 2))
+def test_conversions_to_and_from_float(machine, first):
+    """(double)f exact (float32 subnormals normalised, NaN canonical); (float)d in each rounding (float32
+    subnormals and their halfway cases, overflow past the largest float32 by the mode, NaN canonical)."""
+    f, d = np.array(F * 2, np.float32)[first:first + 2], np.array(D, np.float64)[first:first + 2]
+    widened, narrowed = machine.launch(CONVERSIONS, "floats", [f, d], [4, 8])
+    assert widened.view(np.uint64).tolist() == [CANONICAL_NAN if np.isnan(v) else bits(float(v)) for v in f]
+    got = narrowed.reshape(2, 4).tolist()
+    for i, v in enumerate(d):
+        want = [FLOAT_NAN] * 4 if np.isnan(v) else [rounded(Fraction(float(v)), mode, form=BINARY32)
+                                                    for mode in ("rn", "rz", "rm", "rp")]
+        assert got[i] == want, (v, [hex(x) for x in got[i]], [hex(x) for x in want])
+        if not np.isnan(v):
+            with np.errstate(over="ignore"):
+                assert want[0] == int(np.float32(v).view(np.uint32))        # numpy's (float) too
+
+
+@pytest.mark.parametrize("first", range(0, 8, 2))
+def test_conversions_to_and_from_int(machine, first):
+    """(double)int and (double)unsigned exact, (int)d and (unsigned)d toward zero, saturated as PTX's cvt.rzi,
+    NaN 0."""
+    d, k = np.array(D, np.float64)[first:first + 2], np.array(K, np.int32)[first:first + 2]
+    from_int, to_int, to_unsigned = machine.launch(CONVERSIONS, "ints", [d, k], [8, 2, 2])
+    assert from_int.view(np.float64).reshape(2, 2).tolist() == [[float(v), float(v % 2 ** 32)] for v in k.tolist()]
+
+    def saturated(v: float, lo: int, hi: int) -> int:
+        return 0 if math.isnan(v) else min(max(math.trunc(v), lo), hi)
+    assert to_int.view(np.int32).tolist() == [saturated(float(v), -2 ** 31, 2 ** 31 - 1) for v in d]
+    assert to_unsigned.tolist() == [saturated(float(v), 0, 2 ** 32 - 1) for v in d]
+
+
+ORDER = r"""
+extern "C" __global__ void order(const double *a, const double *b, unsigned *tests, double *out)
+{
+    int i = threadIdx.x;
+    double x = a[i], y = b[i];
+    tests[i] = (x < y) | (x <= y) << 1 | (x > y) << 2 | (x >= y) << 3 | (x == y) << 4 | (x != y) << 5
+             | !(x < y) << 6 | isnan(x) << 7 | isinf(x) << 8 | isfinite(x) << 9 | (x > 0.5) << 10
+             | signbit(x) << 11;
+    out[4 * i] = fmin(x, y);
+    out[4 * i + 1] = fmax(x, y);
+    out[4 * i + 2] = -x;
+    out[4 * i + 3] = fabs(y);
+}
+"""
+A = [1.0, -0.0, np.nan, np.nan, -np.inf, 5e-324, 0.5, 2.0]
+B = [2.0, 0.0, 1.0, np.nan, -1e308, -5e-324, 0.5, -np.nan]
+
+
+@pytest.mark.parametrize("first", range(0, 8, 2))
+def test_compares_classes_min_max_and_signs(machine, first):
+    """The six compares and a negation against numpy's (a NaN unordered), isnan / isinf / isfinite / signbit, a
+    compare with a literal; fmin / fmax as PTX's min / max.f64 (a NaN operand ignored, two NaNs the canonical NaN,
+    -0 below +0), -x and fabs of the sign bit alone (a NaN's too)."""
+    a, b = np.array(A[first:first + 2]), np.array(B[first:first + 2])
+    n = len(a)
+    tests, out = machine.launch(ORDER, "order", [a, b], [n, 8 * n])
+    got = tests.tolist()
+    for i, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+        flags = [x < y, x <= y, x > y, x >= y, x == y, x != y, not x < y, math.isnan(x), math.isinf(x),
+                 math.isfinite(x), x > 0.5, math.copysign(1, x) < 0]
+        assert got[i] == sum(int(v) << j for j, v in enumerate(flags)), (x, y, bin(got[i]))
+    values = out.view(np.uint64).reshape(n, 4).tolist()
+
+    def ordered(x: float, y: float, larger: bool) -> int:
+        if math.isnan(x) and math.isnan(y):
+            return CANONICAL_NAN
+        if math.isnan(x) or math.isnan(y):
+            return bits(y if math.isnan(x) else x)
+        key = lambda v: (v, math.copysign(1, v))         # -0 below +0
+        return bits(max(x, y, key=key) if larger else min(x, y, key=key))
+    for i, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+        assert values[i] == [ordered(x, y, False), ordered(x, y, True), bits(x) ^ (1 << 63),
+                             bits(y) & ~(1 << 63)], (x, y)
+
+
+KERNELS = r"""
+extern "C" __global__ void scale(float *y, const float *x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 0.1 * x[i];          // a double by accident: 0.1 is a double
+}
+
+extern "C" __global__ void daxpy(double *y, const double *x, double a, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def test_a_double_by_accident_runs_as_a_gpu_computes_it():
+    """``0.1 * x[i]`` of a float: the float widened, the double product, rounded to a float (not 0.1f * x[i],
+    which rounds differently: 3 of these 8 differ)."""
+    x = np.array([1.0, -460.42657, 626.54047, 1e-45, 3.3e38, 870.14484, 123456.79, -2.5e-39], np.float32)
+    dev = Device()
+    px, py = dev.alloc(8), dev.alloc(8)
+    dev.write(px, x)
+    dev.launch(dev.load_kernel(KERNELS, "scale"), threads=4, blocks=2, args=[py, px, 8])
+    want = (0.1 * x.astype(np.float64)).astype(np.float32)
+    assert dev.read(py, 8).view(np.float32).view(np.uint32).tolist() == want.view(np.uint32).tolist()
+    assert (want != np.float32(0.1) * x).sum() == 3
+
+
+def test_daxpy_with_a_double_argument():
+    """A double parameter (the launch converts a Python float to its bits), double arrays written and read as two
+    words a value; a * x[i] + y[i] as a multiply, then an add (the toolchain compiles without fused
+    multiply-adds), as numpy's float64."""
+    x = np.array([1.5, -2.25, 1e300, 3.0, 0.1, -0.0], np.float64)
+    y = np.array([0.1, 0.2, -1e300, 5e-324, 1e-17, 0.0], np.float64)
+    dev = Device()
+    px, py = dev.alloc(12), dev.alloc(12)
+    dev.write(px, x)
+    dev.write(py, y)
+    dev.launch(dev.load_kernel(KERNELS, "daxpy"), threads=2, blocks=3, args=[py, px, 0.3, 6])
+    assert dev.read(py, 12).view(np.float64).view(np.uint64).tolist() == (0.3 * x + y).view(np.uint64).tolist()
+
+
+def test_a_double_argument_that_is_no_number_is_refused():
+    dev = Device()
+    kernel = dev.load_kernel(KERNELS, "daxpy")
+    with pytest.raises(MachineError, match=r"kernel daxpy argument 3 .* must be a number, got 'x'"):
+        dev.launch(kernel, threads=2, args=[0, 8, "x", 2])
+
+
+def test_on_a_gpu_double_bits_equal_the_machines(machine, cuda_gpu):
+    """The GPU's own double add, sub, mul and (float) of a double, NaN results included (whose bits IEEE leaves
+    open: the machine writes 0x7fffffffffffffff, as NVIDIA's float unit writes 0x7fffffff), bit for bit against the
+    machine, where a device is lent (bench/gpu_check.sh runs the tests). Compiled with --fmad=false, as the
+    toolchain compiles: a * b + c is a multiply, then an add."""
+    cupy = cuda_gpu
+    rng = np.random.default_rng(5)
+    a, b = draw(rng, 16), draw(rng, 16)
+    a[:4] = [np.inf, np.nan, 0.0, -np.inf]
+    b[:4] = [-np.inf, 1.0, np.inf, -np.inf]
+    module = cupy.RawModule(code=ARITHMETIC + CONVERSIONS, options=("--fmad=false",))
+    out = cupy.zeros(3 * len(a), cupy.float64)
+    module.get_function("nearest")((1,), (len(a),), (cupy.asarray(a), cupy.asarray(b), out))
+    gpu = cupy.asnumpy(out).view(np.uint64).reshape(-1, 3)
+    for first in range(0, len(a), 2):
+        got = _run(machine, "nearest", a[first:first + 2], b[first:first + 2], 3)
+        assert got.tolist() == gpu[first:first + 2].tolist(), (a[first:first + 2], b[first:first + 2])
