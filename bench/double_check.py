@@ -1,9 +1,10 @@
-"""Doubles on the machine (qwengpu.lowering.doubles) against IEEE binary64: many random add / sub / mul in each
-rounding, checked against the exact result rounded once (Python's fractions), and what a double op costs beside a
-float one.
+"""Doubles on the machine (qwengpu.lowering.doubles) against IEEE binary64: many random add / sub / mul (or
+division and square root) in each rounding, checked against the exact result rounded once (Python's fractions and
+integer roots), and what a double op costs beside a float one.
 
-    python -m qccl_bench.double_check --ops 3000 --seed 1            # to nearest, against numpy too
+    python -m qccl_bench.double_check --ops 3000 --seed 1            # add, sub, mul to nearest
     python -m qccl_bench.double_check --ops 600 --seed 2 --mode rz    # rz, rm or rp: __dadd_rz, __dmul_rd, ...
+    python -m qccl_bench.double_check --ops 100 --seed 3 --roots      # a / b and sqrt(a): __ddiv_rz, __dsqrt_ru ...
     python -m qccl_bench.double_check --cost                          # tokens written: float vs double
 
 The operands are random bits of every kind (subnormals, huge values, NaNs, infinities), values near 1 over a range
@@ -25,9 +26,12 @@ BINARY64, BINARY32 = (53, -1022, 1023, 1023), (24, -126, 127, 127)
 EDGES = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 5e-324, -5e-324, 2.2250738585072014e-308,
          2.225073858507201e-308, 1.7976931348623157e308, -1.7976931348623157e308, 1.5, 3.0, 0.1, 2.0 ** 53,
          1.5e-323, 1e-310, 1.0 + 2 ** -52, 2.0 ** 1023, 2.0 ** -1022 * 1.5, -2.0 ** -537]
+CUDA_MODE = {"rz": "rz", "rm": "rd", "rp": "ru"}
 INTRINSICS = {"rn": ("{a} + {b}", "{a} - {b}", "{a} * {b}"),
               **{mode: (f"__dadd_{cuda}({{a}}, {{b}})", f"__dsub_{cuda}({{a}}, {{b}})", f"__dmul_{cuda}({{a}}, {{b}})")
-                 for mode, cuda in (("rz", "rz"), ("rm", "rd"), ("rp", "ru"))}}
+                 for mode, cuda in CUDA_MODE.items()}}
+ROOTS = {"rn": ("{a} / {b}", "sqrt({a})"),
+         **{mode: (f"__ddiv_{cuda}({{a}}, {{b}})", f"__dsqrt_{cuda}({{a}})") for mode, cuda in CUDA_MODE.items()}}
 
 
 def rounded(q: Fraction, mode: str, negative_zero: bool = False, form=BINARY64) -> int:
@@ -81,6 +85,30 @@ def expected(a: float, b: float, op: str, mode: str) -> int:
     return rounded(exact, mode, negative_zero=(same and math.copysign(1, a) < 0) or (not same and mode == "rm"))
 
 
+def quotient(a: float, b: float, mode: str) -> int:
+    """IEEE's a / b in ``mode``: zeros, infinities and NaNs as numpy computes them, any NaN the canonical one."""
+    if not (math.isfinite(a) and math.isfinite(b)) or a == 0 or b == 0:
+        with np.errstate(all="ignore"):
+            special = np.float64(a) / np.float64(b)
+        return CANONICAL_NAN if np.isnan(special) else bits(float(special))
+    return rounded(Fraction(a) / Fraction(b), mode)
+
+
+def root(x: float, mode: str) -> int:
+    """IEEE's sqrt(x) in ``mode``: the integer root of x scaled by 4^k, exact or strictly between two steps (all a
+    rounding needs to see); sqrt(-0) = -0, a negative number or a NaN the canonical NaN."""
+    if math.isnan(x) or x < 0:
+        return CANONICAL_NAN
+    if x == 0 or math.isinf(x):
+        return bits(x)
+    q = Fraction(x)
+    k = 600
+    radicand = q.numerator * q.denominator * 4 ** k
+    whole = math.isqrt(radicand)
+    below = Fraction(whole, q.denominator * 2 ** k)
+    return rounded(below if whole * whole == radicand else below + Fraction(1, q.denominator * 2 ** (k + 1)), mode)
+
+
 def draw(rng: np.random.Generator, n: int) -> np.ndarray:
     """Doubles of every kind: random bits (subnormals, huge, NaNs), values near 1, and the edges."""
     kind = rng.integers(0, 3, n)
@@ -93,21 +121,25 @@ def draw(rng: np.random.Generator, n: int) -> np.ndarray:
     return values
 
 
-def source(mode: str, dtype: str = "double") -> str:
-    """A kernel computing the three ops of a[i] and b[i] in ``mode``."""
-    ops = "".join(f"    out[3 * i + {j}] = {form.format(a='a[i]', b='b[i]')};\n"
-                  for j, form in enumerate(INTRINSICS[mode]))
+def source(mode: str, roots: bool = False, dtype: str = "double") -> str:
+    """A kernel computing the ops of a[i] and b[i] in ``mode`` (add, sub, mul; or a / b and sqrt(a))."""
+    forms = (ROOTS if roots else INTRINSICS)[mode]
+    ops = "".join(f"    out[{len(forms)} * i + {j}] = {form.format(a='a[i]', b='b[i]')};\n"
+                  for j, form in enumerate(forms))
     return (f'extern "C" __global__ void ops(const {dtype} *a, const {dtype} *b, {dtype} *out)\n'
             f'{{\n    int i = threadIdx.x;\n{ops}}}\n')
 
 
-def check(ops: int, seed: int, mode: str = "rn") -> dict:
-    """Run ``ops`` random ops (a third each of add, sub, mul) in ``mode``; returns counts and the mismatches."""
+def check(ops: int, seed: int, mode: str = "rn", roots: bool = False) -> dict:
+    """Run ``ops`` random ops (a third each of add, sub, mul; or half each of a / b and sqrt(a)) in ``mode``;
+    returns counts and the mismatches."""
     from qwengpu import Device
     rng = np.random.default_rng(seed)
     dev = Device()
-    kernel = dev.load_kernel(source(mode), "ops")
-    pa, pb, out = dev.alloc(4), dev.alloc(4), dev.alloc(12)
+    kernel = dev.load_kernel(source(mode, roots), "ops")
+    names = "/r" if roots else "+-*"
+    per = len(names)
+    pa, pb, out = dev.alloc(4), dev.alloc(4), dev.alloc(4 * per)
     report = {"ops": 0, "mismatches": [], "records": 0}
     start = time.time()
     while report["ops"] < ops:
@@ -119,10 +151,12 @@ def check(ops: int, seed: int, mode: str = "rn") -> dict:
         before = dev.stats["records"]
         dev.launch(kernel, threads=2, args=[pa, pb, out])
         report["records"] += dev.stats["records"] - before
-        got = dev.read(out, 12).view(np.uint64).reshape(2, 3)
+        got = dev.read(out, 4 * per).view(np.uint64).reshape(2, per)
         for i in range(2):
-            for j, op in enumerate("+-*"):
-                want = expected(float(a[i]), float(b[i]), op, mode)
+            for j, op in enumerate(names):
+                x, y = float(a[i]), float(b[i])
+                want = quotient(x, y, mode) if op == "/" else root(x, mode) if op == "r" else expected(x, y, op,
+                                                                                                          mode)
                 report["ops"] += 1
                 if int(got[i, j]) != want:
                     report["mismatches"].append((float(a[i]), op, float(b[i]), mode, hex(int(got[i, j])), hex(want)))
@@ -158,6 +192,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", type=int, default=600)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--mode", choices=sorted(INTRINSICS), default="rn")
+    parser.add_argument("--roots", action="store_true", help="a / b and sqrt(a) instead of add, sub, mul")
     parser.add_argument("--cost", action="store_true", help="tokens written per element, float beside double")
     args = parser.parse_args(argv)
     if args.cost:
@@ -165,7 +200,7 @@ def main(argv=None) -> int:
         for name, single, double in cost():
             print(f"{name:4} {single:14.0f}  {double:14.0f}  {double / single:5.1f}x")
         return 0
-    report = check(args.ops, args.seed, args.mode)
+    report = check(args.ops, args.seed, args.mode, args.roots)
     print(f"ops {report['ops']} ({args.mode}), mismatches {len(report['mismatches'])}, records {report['records']} "
           f"({report['seconds']:.0f} s)")
     for mismatch in report["mismatches"][:20]:

@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from qccl_bench.double_check import BINARY32, CANONICAL_NAN, bits, draw, expected, rounded
+from qccl_bench.double_check import BINARY32, CANONICAL_NAN, bits, draw, expected, quotient, root, rounded
 from qwengpu import Device, MachineError, toolchain
 
 pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
@@ -118,6 +118,60 @@ def test_add_sub_mul_in_the_directed_roundings(machine, a, b):
         cases = [(op, mode) for op in "+-*" for mode in ("rz", "rm", "rp")]
         want = [expected(float(x[i]), float(y[i]), op, mode) for op, mode in cases]
         assert got == want, (x[i], y[i], [hex(v) for v in got], [hex(v) for v in want])
+
+
+QUOTIENTS = r"""
+extern "C" __global__ void nearest_roots(const double *a, const double *b, double *out)
+{
+    int i = threadIdx.x;
+    out[2 * i + 0] = a[i] / b[i];
+    out[2 * i + 1] = sqrt(a[i]);
+}
+
+extern "C" __global__ void directed_roots(const double *a, const double *b, double *out)
+{
+    int i = threadIdx.x;
+    out[2 * i + 0] = __ddiv_rd(a[i], b[i]);
+    out[2 * i + 1] = __dsqrt_ru(a[i]);
+}
+
+// the textbook integration of 4 / (1 + x^2) over [0, 1], a term a thread
+extern "C" __global__ void pi_terms(double *terms, double step)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    double x = (i + 0.5) * step;
+    terms[i] = 4.0 / (1.0 + x * x);
+}
+"""
+
+
+@pytest.mark.parametrize("name, a, b", [("nearest_roots", (4.0, 5e-324), (0.0, 1e-310)),
+                                        ("nearest_roots", (-2.0, 1.7976931348623157e308), (np.inf, 0.3)),
+                                        ("directed_roots", (2.0, -0.0), (3.0, 0.0))])
+def test_division_and_square_roots_round_once(machine, name, a, b):
+    """div.rn / .rm and sqrt.rn / .rp .f64 (CUDA's a / b, __ddiv_rd, sqrt, __dsqrt_ru) against the exact quotient
+    and root rounded once: x / 0, 0 / 0, a subnormal over a subnormal, overflow, a negative number's root (NaN), exact
+    roots (4.0, -0.0) and inexact ones. Each is a loop of a bit a trip, longer than the ROM: thousands of records
+    (bench/double_check.py --roots runs many)."""
+    a, b = np.array(a), np.array(b)
+    mode = "rn" if name == "nearest_roots" else None
+    got, = machine.launch(QUOTIENTS, name, [a, b], [8])
+    got = got.view(np.uint64).reshape(2, 2).tolist()
+    for i in range(2):
+        x, y = float(a[i]), float(b[i])
+        want = [quotient(x, y, mode or "rm"), root(x, mode or "rp")]
+        assert got[i] == want, (x, y, [hex(v) for v in got[i]], [hex(v) for v in want])
+
+
+def test_the_textbook_pi_integration():
+    """Each thread's term 4 / (1 + x^2) of the midpoint rule, x = (i + 0.5) * step with step a double argument:
+    the machine's conversion, multiply, add and division against numpy's float64, bit for bit."""
+    dev = Device()
+    terms = dev.alloc(4)
+    step = 1.0 / 3
+    dev.launch(dev.load_kernel(QUOTIENTS, "pi_terms"), threads=2, args=[terms, step])
+    x = (np.arange(2) + 0.5) * step
+    assert dev.read(terms, 4).view(np.float64).tolist() == (4.0 / (1.0 + x * x)).tolist()
 
 
 CONVERSIONS = r"""

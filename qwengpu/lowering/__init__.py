@@ -2,15 +2,17 @@
 
 The stages, one module each, run in this order:
 
-0. ``paths.rewrite``             a path that cannot end without a double instruction (sinf's reduction of a huge
-                                 argument) as a run-time refusal, where it becomes certain (the entry's: left to
-                                 the floats stage, which refuses it before the launch).
+0. ``paths.rewrite``             a path that cannot end without a double instruction the doubles stage does not
+                                 build (sinf's reduction of a huge argument) as a run-time refusal, where it becomes
+                                 certain (the entry's: left to the floats stage, which refuses it before the launch).
    ``console.rewrite``           each printf as stores of its call's number and arguments to the console word
                                  (the device prints what the machine stored), each assert and run-time refusal
                                  as stores of the thread's indices (the device stops the launch).
    ``block_votes.rewrite``       __syncthreads_count / _and / _or (bar.red) as an atomic add to a hidden shared
                                  word between two barriers.
-   ``pairs.rewrite``             64-bit integer loads, stores and atomic adds as accesses of two words; the values
+   ``doubles.rewrite``           float64 moves, compares, add / sub / mul / div / sqrt and conversions as 64-bit
+                                 integer PTX, whose registers the pairs stage keeps as pairs of words.
+   ``pairs.rewrite``             64-bit integer loads, stores and atomics as accesses of two words; the values
                                  loaded, and those computed from them, kept as pairs of words (add with its carry,
                                  compares of the high words first).
    ``floats.as_integers``        float32 moves, compares, arithmetic and conversions as integer PTX (what is not

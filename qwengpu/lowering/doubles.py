@@ -19,18 +19,25 @@ each double instruction it builds as 64-bit integer PTX (add, shifts, compares, 
   float unit writes 0x7fffffff for float32; tests/test_doubles.py checks the double one where a GPU is lent). An
   add aligns the smaller significand with a sticky bit, adds or subtracts, normalises by ``clz``, rounds; a
   multiply takes the 106-bit product of the significands from ``mul.lo`` and ``mul.hi``, normalised the same way;
+- ``div``, ``rcp`` and ``sqrt`` in each rounding (CUDA's ``a / b``, ``1.0 / x``, ``sqrt``, ``__ddiv_rz``,
+  ``__dsqrt_ru``, ...): correctly rounded, x / 0 an infinity, 0 / 0 and sqrt of a negative number NaN,
+  sqrt(-0) = -0: 63 quotient bits by restoring division and 56 root bits by the digit-by-digit root, a bit a trip
+  of a uniform loop, the remainder a sticky bit;
 - conversions: ``cvt.f64.f32`` (exact, a float32 subnormal normalised), ``cvt.rn / rz / rm / rp .f32.f64`` (a
   float's 24 bits rounded once, float32 subnormals and overflow as IEEE), ``cvt.rn.f64.s32 / u32`` (exact),
   ``cvt.rzi.s32 / u32 .f64`` (C's ``(int)d``: toward zero, saturated, a NaN 0).
 
 So a double by accident (``y[i] = 0.1 * x[i]``: a float widened, a double multiply, the product rounded to a float)
-runs, bit for bit as a GPU computes it, and so do double arrays and arguments. The rest of double arithmetic
-(division, square roots, fused multiply-adds, conversions of 64-bit integers, the math library) is refused where a
-thread takes its path (qwengpu.lowering.paths), naming the instruction.
+runs, bit for bit as a GPU computes it, and so do double arrays and arguments, ``printf("%f", d)`` and the textbook
+integration of pi. The rest of double arithmetic (fused multiply-adds, conversions of 64-bit integers, roundings
+to integers, double atomics, the math library: ``exp``, ``sin``, ...) is refused where a thread takes its path
+(qwengpu.lowering.paths), naming the instruction.
 
 Cost (``python -m qccl_bench.double_check --cost``, tokens the model writes per element, a thread an element):
 an add 2,568 beside float32's 429 (6.0x), a multiply 3,600 beside 440 (8.2x); each 64-bit op is 2 to 20 of the
 machine's ops once the pairs stage has written it in words (a ``clz.b64`` about 50, a ``mul.hi.u64`` about 90).
+A division or a square root is a loop of 63 or 56 trips whose body is longer than the ROM: each trip is a round of
+overlays, about 8,100 records (81,600 tokens) a division of a warp.
 Longer than the ROM, such programs run as overlays; a kernel of several double ops under a branch or in a loop
 (every op under a lane predicate) takes seconds to a minute to lower, once per argument shape.
 
@@ -40,14 +47,14 @@ Example::
     >>> k = Kernel("k", body=[Instruction("neg.f64", (Reg("%fd2"), Reg("%fd1")), None, False, 7, "neg.f64 %fd2, %fd1")],
     ...            registers={"%fd": "f64"})
     >>> body, doubles = rewrite(k)
-    >>> [i.opcode for i in body.body], sorted(doubles)
-    (['xor.b64'], ['%fd1', '%fd2'])
+    >>> [i.opcode for i in body.body], sorted(doubles)       # the sign flipped, then the destination written
+    (['xor.b64', 'mov.b64'], ['%dbl_d1', '%fd1', '%fd2'])
 """
 from __future__ import annotations
 
 import dataclasses
 
-from ..ptx import Imm, Instruction, Kernel, Reg
+from ..ptx import Imm, Instruction, Kernel, Label, Reg
 
 __all__ = ["rewrite", "supported"]
 
@@ -90,8 +97,11 @@ def supported(inst: Instruction) -> bool:
                                                            tests[0] in ("num", "nan"))
     if base == "testp":
         return any(m in TESTS for m in mods)
+    rounded = len(mods) == 2 and mods[0] in ROUNDINGS
     if base in ("add", "sub", "mul"):
-        return len([m for m in mods if m in ROUNDINGS]) <= 1 and len(mods) <= 2
+        return mods == ("f64",) or rounded       # no rounding modifier: to nearest
+    if base in ("div", "rcp", "sqrt"):
+        return rounded
     if base == "cvt":
         return mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32"), ("rzi", "s32", "f64"),
                         ("rzi", "u32", "f64")) or (len(mods) == 3 and mods[0] in ROUNDINGS and mods[1:] == (
@@ -113,7 +123,10 @@ def rewrite(kernel: Kernel) -> tuple[Kernel, frozenset]:
             builder.body.append(item)
     registers = {name: ("b64" if typ == "f64" else typ) for name, typ in kernel.registers.items()}
     registers.update(builder.temporaries)
-    return dataclasses.replace(kernel, body=builder.body, registers=registers), frozenset(builder.doubles)
+    # every register declared .f64 (also one only moved: ``mov.b64 {lo, hi}, %fd1``), and the temporaries
+    declared = {o.name for i in kernel.body if isinstance(i, Instruction) for o in i.operands
+                if isinstance(o, Reg) and kernel.registers.get(_prefix(o.name)) == "f64"}
+    return dataclasses.replace(kernel, body=builder.body, registers=registers), frozenset(builder.doubles | declared)
 
 
 class _Builder:
@@ -133,6 +146,7 @@ class _Builder:
 
     # -- building blocks -------------------------------------------------------------------------------------------
     def temp(self, kind: str) -> Reg:
+        """A fresh register (a 64-bit one holds a double's bits or its parts: kept as a pair of words)."""
         prefix = self.prefix + {"pred": "p", "b32": "r", "b64": "d"}[kind]
         self.temporaries[prefix] = kind
         self.count += 1
@@ -241,9 +255,6 @@ class _Builder:
     # -- the instructions --------------------------------------------------------------------------------------------
     def rewrite(self, inst: Instruction) -> None:
         self.inst = inst
-        for operand in inst.operands:
-            if isinstance(operand, Reg) and self.kernel.registers.get(_prefix(operand.name)) == "f64":
-                self.doubles.add(operand.name)
         if inst.base in MOVES:
             self._move(inst)
             return
@@ -402,6 +413,124 @@ class _Builder:
                      self.p("setp.gt.u64", mag_b, Imm(INFINITY)))
         nan = self.p("or.pred", nan, self.p("and.pred", infinite, zero))        # inf * 0
         return self.pick(nan, Imm(CANONICAL_NAN), result)
+
+    def _div(self, inst, a, b):
+        return self._quotient(a, b, _rounding(inst))
+
+    def _rcp(self, inst, x):
+        return self._quotient(Imm(0x3FF0000000000000), x, _rounding(inst))
+
+    def _quotient(self, a, b, mode: str) -> Reg:
+        """a / b rounded once: both significands normalised (a subnormal's shifted up by its leading zeros), a's
+        doubled where it is below b's, so the quotient is in [1, 2); 63 of its bits by restoring division (a
+        uniform loop, a bit a trip: its top bit lands on bit 62), the remainder a sticky bit, rounded as a sum's.
+        x / 0 is an infinity, 0 / 0, inf / inf and a NaN operand the canonical NaN, x / inf a zero. What the
+        result is, number or not, is worked out before the loop into one word, so that little stays live across
+        it."""
+        mag_a, mag_b = self.magnitude(a), self.magnitude(b)
+        sign = self.p("setp.lt.s64", self.d("xor.b64", a, b), Imm(0))
+        nan = self.p("or.pred", self.p("setp.gt.u64", mag_a, Imm(INFINITY)),
+                     self.p("setp.gt.u64", mag_b, Imm(INFINITY)))
+        zeros = self.p("and.pred", self.p("setp.eq.u64", mag_a, Imm(0)), self.p("setp.eq.u64", mag_b, Imm(0)))
+        infinities = self.p("and.pred", self.p("setp.eq.u64", mag_a, Imm(INFINITY)),
+                            self.p("setp.eq.u64", mag_b, Imm(INFINITY)))
+        nan = self.p("or.pred", nan, self.p("or.pred", zeros, infinities))
+        infinite = self.p("or.pred", self.p("setp.eq.u64", mag_a, Imm(INFINITY)),
+                          self.p("setp.eq.u64", mag_b, Imm(0)))
+        zero = self.p("or.pred", self.p("setp.eq.u64", mag_a, Imm(0)), self.p("setp.eq.u64", mag_b, Imm(INFINITY)))
+        # the kind of result, a word: 0 a number, 1 zero, 2 infinite, 3 NaN; 4 its sign
+        kind = self.pick(zero, Imm(1), Imm(0), "b32")
+        kind = self.pick(infinite, Imm(2), kind, "b32")
+        kind = self.pick(nan, Imm(3), kind, "b32")
+        kind = self.w("or.b32", kind, self.pick(sign, Imm(4), Imm(0), "b32"))
+        (ma, ea), (mb, eb) = (self._normalised(x) for x in (a, b))
+        below = self.p("setp.lt.u64", ma, mb)
+        ma = self.pick(below, self.d("shl.b64", ma, Imm(1)), ma)
+        exponent = self.w("add.s32", self.w("sub.s32", ea, eb),
+                          self.pick(below, Imm(1022), Imm(1023), "b32"))
+        remainder, quotient = self.temp("b64"), self.temp("b64")
+        self.emit("mov.b64", remainder, ma)
+        self.emit("mov.b64", quotient, Imm(0))
+
+        def step():
+            fits = self.p("setp.ge.u64", remainder, mb)
+            self.emit("sub.u64", remainder, remainder, self.pick(fits, mb, Imm(0)))
+            self.emit("shl.b64", quotient, quotient, Imm(1))
+            self.emit("or.b64", quotient, quotient, self.pick(fits, Imm(1), Imm(0)))
+            self.emit("shl.b64", remainder, remainder, Imm(1))
+        self._loop(63, step)
+        m = self.d("or.b64", quotient, self.pick(self.p("setp.ne.u64", remainder, Imm(0)), Imm(1), Imm(0)))
+        sign = self.p("setp.ne.u32", self.w("and.b32", kind, Imm(4)), Imm(0))
+        result = self.round_and_pack(sign, exponent, m, mode)
+        kind = self.w("and.b32", kind, Imm(3))
+        signed_zero = self.pick(sign, Imm(SIGN), Imm(0))
+        result = self.pick(self.p("setp.eq.u32", kind, Imm(1)), signed_zero, result)
+        result = self.pick(self.p("setp.eq.u32", kind, Imm(2)), self.d("or.b64", signed_zero, Imm(INFINITY)),
+                           result)
+        return self.pick(self.p("setp.eq.u32", kind, Imm(3)), Imm(CANONICAL_NAN), result)
+
+    def _loop(self, trips: int, body) -> None:
+        """``body()`` emitted as a uniform loop of ``trips`` trips (a counter every lane counts alike)."""
+        count = self.temp("b32")
+        self.emit("mov.b32", count, Imm(trips))
+        self.count += 1
+        head = Label(f"$__double_loop{self.count}")
+        self.body.append(head)
+        body()
+        self.emit("sub.u32", count, count, Imm(1))
+        inst = self.inst
+        self.body.append(Instruction("bra", (head,), self.p("setp.ne.u32", count, Imm(0)), False, inst.line,
+                                     inst.text))
+
+    def _sqrt(self, inst, x):
+        """sqrt rounded once: the significand normalised, doubled where the exponent is odd (an even exponent
+        halves exactly), and the root of significand * 2^58 found a bit a trip, two of the radicand's bits at a
+        time (56 trips of the digit-by-digit root: the root's top bit lands on bit 55); the root moved up to bit
+        62, the remainder a sticky bit, rounded as a sum's. sqrt(-0) = -0, sqrt(+inf) = +inf, a negative number
+        or a NaN the canonical NaN."""
+        magnitude = self.magnitude(x)
+        negative = self.negative(x)
+        # the kind of result, a word: 0 a number, 1 x itself (a zero, +inf), 3 NaN
+        kind = self.pick(self.p("or.pred", self.p("setp.eq.u64", magnitude, Imm(0)),
+                                self.p("setp.eq.u64", x, Imm(INFINITY))), Imm(1), Imm(0), "b32")
+        nan = self.p("or.pred", self.p("setp.gt.u64", magnitude, Imm(INFINITY)),
+                     self.p("and.pred", negative, self.p("setp.ne.u64", magnitude, Imm(0))))
+        kind = self.pick(nan, Imm(3), kind, "b32")
+        m, e = self._normalised(x)
+        power = self.w("sub.s32", e, Imm(1023))
+        odd = self.p("setp.ne.u32", self.w("and.b32", power, Imm(1)), Imm(0))
+        m = self.pick(odd, self.d("shl.b64", m, Imm(1)), m)          # 2^52 .. 2^54, the exponent now even
+        exponent = self.w("add.s32", self.w("shr.s32", power, Imm(1)), Imm(1023))
+        digits, remainder, root = self.temp("b64"), self.temp("b64"), self.temp("b64")
+        self.emit("shl.b64", digits, m, Imm(10))                      # the radicand's top pair on bits 63..62
+        self.emit("mov.b64", remainder, Imm(0))
+        self.emit("mov.b64", root, Imm(0))
+
+        def step():
+            self.emit("shl.b64", remainder, remainder, Imm(2))
+            self.emit("or.b64", remainder, remainder, self.d("shr.u64", digits, Imm(62)))
+            self.emit("shl.b64", digits, digits, Imm(2))
+            trial = self.d("or.b64", self.d("shl.b64", root, Imm(2)), Imm(1))
+            fits = self.p("setp.ge.u64", remainder, trial)
+            self.emit("sub.u64", remainder, remainder, self.pick(fits, trial, Imm(0)))
+            self.emit("shl.b64", root, root, Imm(1))
+            self.emit("or.b64", root, root, self.pick(fits, Imm(1), Imm(0)))
+        self._loop(56, step)
+        sticky = self.pick(self.p("setp.ne.u64", remainder, Imm(0)), Imm(1), Imm(0))
+        positive = self.p("setp.lt.u32", kind, Imm(0))        # never: a root's sign is +
+        result = self.round_and_pack(positive, exponent,
+                                     self.d("or.b64", self.d("shl.b64", root, Imm(7)), sticky),
+                                     _rounding(inst) or "rn")
+        result = self.pick(self.p("setp.eq.u32", kind, Imm(1)), x, result)
+        return self.pick(self.p("setp.eq.u32", kind, Imm(3)), Imm(CANONICAL_NAN), result)
+
+    def _normalised(self, x) -> tuple[Reg, Reg]:
+        """x's significand with its top bit on bit 52 (a subnormal's shifted up by its leading zeros) and its
+        exponent (a subnormal's below 1 by as much)."""
+        e = self.exponent(x)
+        m = self.significand(x, e)
+        shift = self.w("max.s32", self.w("sub.s32", self.w("clz.b64", m), Imm(11)), Imm(0))
+        return self.d("shl.b64", m, shift), self.w("sub.s32", self.w("max.u32", e, Imm(1)), shift)
 
     def _cvt(self, inst, x):
         mods = inst.modifiers

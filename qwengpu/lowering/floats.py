@@ -55,8 +55,9 @@ sin units, whose bits are the GPU's own), the approximate ``div.approx`` / ``div
 ``rcp.approx`` / ``sqrt.approx`` / ``rsqrt`` / ``ex2`` / ``lg2`` / ``sin`` / ``cos`` (their bits are the GPU's hardware
 approximation's; ``--use_fast_math`` emits them), other roundings of divisions, roots and conversions (``.rz`` /
 ``.rm`` / ``.rp``), ``.sat``, ``(float)`` of a 64-bit integer computed in 64 bits, other atomic
-operations on floats, as are float16 / bfloat16 / float64 instructions and ``.ftz`` (flush-to-zero; NVRTC emits it
-for ``--use_fast_math``).
+operations on floats, as are float16 / bfloat16 instructions, the float64 ones the doubles stage does not build
+(qwengpu.lowering.doubles, which runs before this one) and ``.ftz`` (flush-to-zero; NVRTC emits it for
+``--use_fast_math``).
 
 This is the lowering's first stage: every later one sees integer PTX only (``transfer.check_integer`` still refuses
 any float type left). Each rewritten instruction keeps the float instruction's line and text, so errors still name

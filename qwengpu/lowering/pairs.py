@@ -36,7 +36,8 @@ low word first (a GPU's little-endian layout)::
   turns in lane order (``_in_lane_order``). A reader between the two words' updates sees one updated and not yet
   the other.
 
-Float64 accesses are left to the floats stage, which refuses doubles.
+Doubles come here as 64-bit integers (qwengpu.lowering.doubles writes their arithmetic so, and gives their registers
+as seeds).
 """
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
 """Paths the machine cannot run, refused when a thread takes one (the lowering's first stage).
 
-The machine has no double arithmetic: its words are 32 bits. A kernel whose every path meets a ``double``
-instruction is refused before its launch touches memory (by the floats stage, naming the instruction and saying to
-write ``2.0f``). But CUDA's own math library compiles a rare branch in double: ``sinf``, ``cosf`` and ``sincosf`` reduce
-an argument of magnitude 105615 or more (Payne-Hanek) with 64-bit integers and a double multiply, while every
-other argument takes a float path the machine runs exactly. Refusing those kernels would refuse sinf.
+The machine runs part of double arithmetic (qwengpu.lowering.doubles: add, sub, mul, div, sqrt, compares, the
+conversions to and from float and int); a *refused* instruction here is a double instruction it does not build (a
+fused multiply-add, a conversion of a 64-bit integer, the math library's). A kernel whose every path meets one is
+refused before its launch touches memory (by the floats stage, naming the instruction and saying to write
+``2.0f``). But CUDA's own math library compiles a rare branch in double: ``sinf``, ``cosf`` and ``sincosf`` reduce
+an argument of magnitude 105615 or more (Payne-Hanek) with 64-bit integers converted to a double, while every other
+argument takes a float path the machine runs exactly. Refusing those kernels would refuse sinf.
 
 So a path that cannot finish without a double instruction is cut where it becomes certain: the first block from
 which every way to the kernel's end passes one (*doomed*; a block entered from a block that is not doomed) becomes a
@@ -15,8 +17,9 @@ them), and with them what only they used (a sine's reduction table and its local
 is exact, as the float stage builds it. The kernel's entry doomed (every thread meets a double): nothing is cut, and
 the floats stage refuses it as before.
 
-A double the user wrote under a branch (``if (i < n) y[i] = 0.1 * x[i];``) is refused the same way, when a thread
-takes it: the error says to write ``0.1f`` and names the CUDA line, and memory is as before the launch.
+A double the machine does not build that the user wrote under a branch (``if (x[i] > 100.0f) y[i] = fma((double)
+x[i], 0.1, 1.0);``) is refused the same way, when a thread takes it: the error says to write ``0.1f`` and names the
+CUDA line, and memory is as before the launch.
 
 Not refusal points: printf's promotion of a float to a double (``cvt.f64.f32``) and its store into the argument
 buffer, which the console stage turns into the float's own word.
@@ -25,7 +28,7 @@ Example::
 
     >>> from qwengpu.ptx import parse
     >>> body = ("setp.gt.u32 %p1, %r1, 5; @%p1 bra BIG; st.global.u32 [%rd1], %r1; ret;"
-    ...         " BIG: cvt.rn.f64.u32 %fd1, %r1; ret;")
+    ...         " BIG: fma.rn.f64 %fd1, %fd1, %fd1, %fd1; ret;")
     >>> k = parse(".version 8.0\\n.target sm_90\\n.address_size 64\\n.visible .entry k(.param .u64 p)\\n{\\n"
     ...           ".reg .pred %p<2>; .reg .b32 %r<2>; .reg .b64 %rd<2>; .reg .f64 %fd<2>;\\n"
     ...           + body.replace("; ", ";\\n") + "\\n}").kernels["k"]
