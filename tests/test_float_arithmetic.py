@@ -967,13 +967,13 @@ def test_a_float_of_a_widened_size_t_or_long_long_and_of_a_64_bit_sum_runs():
     ("rcp.approx.ftz.f32", r"rcp\.approx is the GPU's own hardware approximation.* powf, fmodf"),
     ("cvt.rz.f32.s64", r"\(float\) of a 64-bit integer runs where every write of it widens a 32-bit value"),
     ("cvt.rn.f32.s64", r"this \.s64 may hold more than its low word"),
-    ("cvt.rn.f64.s32", r"of the float types only \.f32 runs .*not \.f64"),
+    ("cvt.rn.f64.s32", r"a double instruction; of double arithmetic the machine builds"),
     ("cvt.rn.s64.f32", r"to \.s64 / \.u64 \(their low word.*conversions of doubles"),
-    ("cvt.rz.f16.f32", r"of the float types only \.f32 runs .*not \.f16"),
+    ("cvt.rz.f16.f32", r"of the float types \.f32 runs .*not \.f16"),
     ("atom.global.max.f32", r"of the atomic operations on floats, add .*not atom with \.max"),
     ("red.global.add.ftz.f32", r"\.ftz flushes subnormals"),
     ("atom.add.f32", r"add \(CUDA's atomicAdd\) on \.global or \.shared memory runs"),
-    ("add.f64", r"not \.f64"),
+    ("add.f64", r"a double instruction; .* write float, and 2\.0f"),
 ])
 def test_other_arithmetic_is_refused_by_name(opcode, named):
     operands = 3 if opcode.startswith(("fma", "mad")) else \

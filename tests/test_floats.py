@@ -366,11 +366,14 @@ def test_float_arithmetic_is_refused_by_name_and_line(body, named):
 def test_other_float_types_and_double_literals_are_refused():
     dev = Device()
     text = ptx("k", "\tmax.bf16 %rs1, %rs1, %rs1;").replace(".reg .pred", ".reg .b16 %rs<2>;\n\t.reg .pred")
-    with pytest.raises(MachineError, match=r"only \.f32 .* not \.bf16"):
+    with pytest.raises(MachineError, match=r"of the float types \.f32 runs .* not \.bf16"):
         dev.launch(dev.load_kernel(text, "k"), threads=4, args=[0, 8, 4])
-    # a double literal parses as its bits in a double instruction; the instruction is refused when lowered
-    text = ptx("k", "\tmov.f64 %fd1, 0d3FF8000000000000;").replace(".reg .pred", ".reg .f64 %fd<2>;\n\t.reg .pred")
-    with pytest.raises(MachineError, match=r"not \.f64; a double is 64 bits.*write float, and 2\.0f"):
+    # a double literal parses as its bits in a double instruction; one the doubles stage does not build (a fused
+    # multiply-add) is refused when lowered
+    text = ptx("k", "\tfma.rn.f64 %fd1, %fd1, 0d3FF8000000000000, %fd1;").replace(
+        ".reg .pred", ".reg .f64 %fd<2>;\n\t.reg .pred")
+    with pytest.raises(MachineError, match=r"a double instruction; of double arithmetic the machine builds .*write "
+                                           r"float, and 2\.0f"):
         dev.launch(dev.load_kernel(text, "k"), threads=4, args=[0, 8, 4])
     with pytest.raises(PTXError, match="a float64 literal"):       # elsewhere, refused by the parser
         parse(ptx("k", "\tmov.b32 %r1, 0d3FF8000000000000;"))

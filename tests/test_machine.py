@@ -182,18 +182,21 @@ def test_launch_argument_errors():
 
 
 def test_a_call_with_the_wrong_arguments_is_named_before_the_kernel_is_lowered():
-    """The count and the types are checked first, by the kernel's source name (not the compiler's _Z12scale...):
-    a kernel the lowering would refuse for its double still says the call is wrong, and a double parameter says
-    what to write instead of which instruction is missing."""
+    """The count and the types are checked first, by the kernel's source name (not the compiler's _Z12scale...),
+    before anything is lowered or fed; a double parameter takes a Python float (its float64 bits)."""
     dev = Device()
     source = "__global__ void scale(double *x, double a, int n) { if (threadIdx.x < n) x[threadIdx.x] *= a; }"
     kernel = dev.load_kernel(source, "scale")
     with pytest.raises(MachineError, match=r"kernel scale takes 3 arguments \(a pointer or a 64-bit integer, "
                                            r"double, a 32-bit integer\), got 2"):
         dev.launch(kernel, threads=4, args=[0, 2.0])
-    with pytest.raises(MachineError, match="kernel scale argument 2 is a double: .* declare the parameter float"):
-        dev.launch(kernel, threads=4, args=[0, 2.0, 4])
-    assert dev.tokens == []
+    with pytest.raises(MachineError, match=r"kernel scale argument 2 \(double\) must be a number, got None"):
+        dev.launch(kernel, threads=4, args=[0, None, 4])
+    assert dev.tokens == [] and kernel.lowerings == 0
+    x = dev.alloc(4)
+    dev.write(x, np.array([1.5, -3.0]))
+    dev.launch(kernel, threads=2, args=[x, 0.1, 2])
+    assert dev.read(x, 4).view(np.float64).tolist() == [1.5 * 0.1, -3.0 * 0.1]
 
 
 def test_an_array_of_several_dimensions_is_written_in_c_order():

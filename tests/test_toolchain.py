@@ -262,7 +262,7 @@ LOCATED = """extern "C" __global__ void scale(float *y, const float *x, int n)
 {
     int i = threadIdx.x;
     if (i < n)
-        y[i] = 0.1 * x[i];
+        y[i] = fma((double)x[i], 0.1, 1.0);
 }
 
 extern "C" __global__ void total(unsigned long long *sum, int *x)
@@ -283,8 +283,9 @@ def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
     dev = Device()
     sum_, x = dev.alloc(2), dev.alloc(4)
     tokens = len(dev.tokens)
-    with pytest.raises(MachineError, match=r"thread \[0,0,0\] took a path to PTX line \d+ \(mul\.\w+\.f64 .*write "
-                                           r"float, and 2\.0f.*\n  from kernel\.cu line 5: y\[i\] = 0\.1 \* x\[i\];$"
+    with pytest.raises(MachineError, match=r"thread \[0,0,0\] took a path to PTX line \d+ \(fma\.rn\.f64 .*write "
+                                           r"float, and 2\.0f.*\n  from kernel\.cu line 5: y\[i\] = fma\(\(double\)x\[i\], "
+                                           r"0\.1, 1\.0\);$"
                        ) as refused:
         dev.launch(dev.load_kernel(LOCATED, "scale"), threads=4, args=[sum_, x, 4])
     assert "f64" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens

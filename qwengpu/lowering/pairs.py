@@ -629,8 +629,8 @@ class _Pairs:
 
     def _in_lane_order(self, item: Instruction, mem: Mem, space: str, update) -> tuple:
         """A 64-bit atomic the lanes take turns at: ``update(old words)`` gives the words to store and where to
-        store them (None: always). The loop runs unguarded (every lane, LANES trips); a lane loads and stores on its own turn and
-        where the instruction's guard holds."""
+        store them (None: always). The loop runs unguarded (every lane, LANES trips); a lane loads and stores on its
+        own turn and where the instruction's guard holds."""
         self.item = dataclasses.replace(item, guard=None, guard_negated=False)
         old = (self.temp(WORD), self.temp(WORD))
         lane, count = self.op("mov.u32", Reg("%laneid")), self.temp(WORD)
