@@ -225,10 +225,45 @@ def test_conversions_to_and_from_int(machine, first):
     from_int, to_int, to_unsigned = machine.launch(CONVERSIONS, "ints", [d, k], [8, 2, 2])
     assert from_int.view(np.float64).reshape(2, 2).tolist() == [[float(v), float(v % 2 ** 32)] for v in k.tolist()]
 
-    def saturated(v: float, lo: int, hi: int) -> int:
-        return 0 if math.isnan(v) else min(max(math.trunc(v), lo), hi)
     assert to_int.view(np.int32).tolist() == [saturated(float(v), -2 ** 31, 2 ** 31 - 1) for v in d]
     assert to_unsigned.tolist() == [saturated(float(v), 0, 2 ** 32 - 1) for v in d]
+
+
+def saturated(v: float, lo: int, hi: int) -> int:
+    """C's cast toward zero, saturated to [lo, hi] as PTX's cvt.rzi does (an infinity too), a NaN 0."""
+    if math.isnan(v):
+        return 0
+    return min(max(math.trunc(v), lo), hi) if math.isfinite(v) else (hi if v > 0 else lo)
+
+
+INTEGRAL = r"""
+extern "C" __global__ void integral(const double *d, double *r, long long *to, unsigned long long *to_unsigned)
+{
+    int i = threadIdx.x;
+    r[4 * i + 0] = trunc(d[i]);
+    r[4 * i + 1] = floor(d[i]);
+    r[4 * i + 2] = ceil(d[i]);
+    r[4 * i + 3] = rint(d[i]);
+    to[i] = (long long)d[i];
+    to_unsigned[i] = (unsigned long long)d[i];
+}
+"""
+
+
+@pytest.mark.parametrize("d", [(2.5, -2.5), (-0.3, 0.7), (-0.0, 4503599627370497.0), (np.nan, -1e19),
+                               (9.3e18, np.inf), (-3.7, 1.8e19)])
+def test_trunc_floor_ceil_rint_and_long_long_casts(machine, d):
+    """trunc, floor, ceil, rint of doubles (cvt.rzi / rmi / rpi / rni .f64.f64: ties to even, |x| < 1 to a zero
+    of its sign or to 1.0, integers past 2^52 as they are, NaN canonical) against numpy's; (long long)d and
+    (unsigned long long)d toward zero, saturated, a NaN 0."""
+    d = np.array(d)
+    r, to, to_unsigned = machine.launch(INTEGRAL, "integral", [d], [16, 4, 4])
+    got = r.view(np.uint64).reshape(2, 4).tolist()
+    for i, x in enumerate(d.tolist()):
+        assert got[i] == [CANONICAL_NAN if math.isnan(x) else bits(float(f(np.float64(x))))
+                          for f in (np.trunc, np.floor, np.ceil, np.rint)], x
+    assert to.view(np.int64).tolist() == [saturated(x, -2 ** 63, 2 ** 63 - 1) for x in d.tolist()]
+    assert to_unsigned.view(np.uint64).tolist() == [saturated(x, 0, 2 ** 64 - 1) for x in d.tolist()]
 
 
 ORDER = r"""

@@ -25,13 +25,15 @@ each double instruction it builds as 64-bit integer PTX (add, shifts, compares, 
   of a uniform loop, the remainder a sticky bit;
 - conversions: ``cvt.f64.f32`` (exact, a float32 subnormal normalised), ``cvt.rn / rz / rm / rp .f32.f64`` (a
   float's 24 bits rounded once, float32 subnormals and overflow as IEEE), ``cvt.rn.f64.s32 / u32`` (exact),
-  ``cvt.rzi.s32 / u32 .f64`` (C's ``(int)d``: toward zero, saturated, a NaN 0).
+  ``cvt.rzi.s32 / u32 / s64 / u64 .f64`` (C's ``(int)d``, ``(long long)d``: toward zero, saturated, a NaN 0), and
+  ``cvt.rzi / rmi / rpi / rni .f64.f64`` (``trunc``, ``floor``, ``ceil``, ``rint``: the fraction's bits cleared,
+  a unit added where the mode rounds away).
 
 So a double by accident (``y[i] = 0.1 * x[i]``: a float widened, a double multiply, the product rounded to a float)
 runs, bit for bit as a GPU computes it, and so do double arrays and arguments, ``printf("%f", d)`` and the textbook
-integration of pi. The rest of double arithmetic (fused multiply-adds, conversions of 64-bit integers, roundings
-to integers, double atomics, the math library: ``exp``, ``sin``, ...) is refused where a thread takes its path
-(qwengpu.lowering.paths), naming the instruction.
+integration of pi. The rest of double arithmetic (fused multiply-adds, ``(double)`` of a 64-bit integer, double
+atomics, the math library: ``exp``, ``sin``, ...) is refused where a thread takes its path (qwengpu.lowering.paths),
+naming the instruction.
 
 Cost (``python -m qccl_bench.double_check --cost``, tokens the model writes per element, a thread an element):
 an add 2,568 beside float32's 429 (6.0x), a multiply 3,600 beside 440 (8.2x); each 64-bit op is 2 to 20 of the
@@ -75,6 +77,7 @@ MOVES = ("ld", "st", "mov", "selp")
 ORDERED = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 UNORDERED = {"equ": "eq", "neu": "ne", "ltu": "lt", "leu": "le", "gtu": "gt", "geu": "ge"}
 TESTS = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"}
+INTEGRAL = ("rzi", "rmi", "rpi", "rni")     # trunc, floor, ceil, rint of a double: cvt.r*i.f64.f64
 
 
 def _rounding(inst: Instruction) -> str | None:
@@ -104,8 +107,12 @@ def supported(inst: Instruction) -> bool:
         return rounded
     if base == "cvt":
         return mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32"), ("rzi", "s32", "f64"),
-                        ("rzi", "u32", "f64")) or (len(mods) == 3 and mods[0] in ROUNDINGS and mods[1:] == (
-                            "f32", "f64"))
+                        ("rzi", "u32", "f64"), ("rzi", "s64", "f64"), ("rzi", "u64", "f64")) or (
+            # not (double) of a 64-bit integer: CUDA's sinf reduces a huge argument so, after 64-bit integer
+            # arithmetic the pairs stage does not build (mad.wide with a 64-bit addend); refused there, the path is
+            # cut at its start (qwengpu.lowering.paths) and sinf runs for every other argument
+            len(mods) == 3 and mods[0] in ROUNDINGS and mods[1:] == ("f32", "f64")) or (
+            len(mods) == 3 and mods[0] in INTEGRAL and mods[1:] == ("f64", "f64"))
     return False
 
 
@@ -259,7 +266,7 @@ class _Builder:
             self._move(inst)
             return
         dst = inst.operands[0]
-        written = [m for m in inst.modifiers if m not in ROUNDINGS and m != "rzi"][0]      # the result's type
+        written = [m for m in inst.modifiers if m not in ROUNDINGS + INTEGRAL][0]      # the result's type
         kind = "pred" if inst.base in ("setp", "testp") else ("b64" if written == "f64" else "b32")
         result = getattr(self, f"_{inst.base}")(inst, *inst.operands[1:])
         # one write of the destination, under the instruction's guard (the sequence before it runs on every lane)
@@ -540,7 +547,72 @@ class _Builder:
             return self._narrow(x, mods[0])
         if mods[1:] in (("f64", "s32"), ("f64", "u32")):
             return self._from_word(x, mods[2] == "s32")
+        if mods[1:] == ("f64", "f64"):
+            return self._integral(x, mods[0])
+        if mods[1] in ("s64", "u64"):
+            return self._to_wide(x, mods[1] == "s64")
         return self._to_word(x, mods[1] == "s32")
+
+    def _to_wide(self, x, signed: bool) -> Reg:
+        """cvt.rzi.s64 / u64 .f64, (long long)d: the significand shifted by the exponent, toward zero; saturated as
+        PTX says (to the type's range, a negative number to 0 unsigned), a NaN 0."""
+        sign = self.negative(x)
+        e = self.exponent(x)
+        m = self.significand(x, e)
+        power = self.w("sub.s32", e, Imm(1023))            # the value is m * 2^(power - 52)
+        up = self.d("shl.b64", m, self.w("min.u32", self.w("sub.u32", power, Imm(52)), Imm(63)))
+        down = self.d("shr.u64", m, self.w("min.u32", self.w("sub.u32", Imm(52), power), Imm(63)))
+        whole = self.pick(self.p("setp.ge.s32", power, Imm(52)), up, down)
+        whole = self.pick(self.p("setp.lt.s32", power, Imm(0)), Imm(0), whole)
+        if signed:
+            value = self.pick(sign, self.d("sub.s64", Imm(0), whole), whole)
+            saturated = self.pick(sign, Imm(SIGN), Imm(MAGNITUDE))      # -2^63 itself is INT64_MIN
+            value = self.pick(self.p("setp.ge.s32", power, Imm(63)), saturated, value)
+        else:
+            value = self.pick(self.p("setp.ge.s32", power, Imm(64)), Imm((1 << 64) - 1), whole)
+            value = self.pick(sign, Imm(0), value)
+        return self.pick(self.p("setp.gt.u64", self.magnitude(x), Imm(INFINITY)), Imm(0), value)
+
+    def _integral(self, x, mode: str) -> Reg:
+        """cvt.rzi / rmi / rpi / rni .f64.f64 (trunc, floor, ceil, rint): the fraction's bits below the exponent's
+        units cleared, then one unit added to the magnitude where the mode rounds away from zero (floor of a
+        negative number with a fraction, ceil of a positive one, rint above half or at half of an odd one; the carry
+        runs into the exponent); |x| < 1 gives a zero of x's sign or 1.0 with it; an integer, an infinity stays,
+        a NaN becomes the canonical NaN."""
+        sign = self.negative(x)
+        magnitude = self.magnitude(x)
+        power = self.w("sub.s32", self.exponent(x), Imm(1023))
+        # 0 <= power < 52: the fraction's bits below the units
+        cut = self.d("shr.u64", Imm(FRACTION), self.w("min.u32", power, Imm(63)))
+        fraction = self.d("and.b64", x, cut)
+        kept = self.d("xor.b64", x, fraction)
+        unit = self.d("add.u64", cut, Imm(1))
+        inexact = self.p("setp.ne.u64", fraction, Imm(0))
+        if mode == "rni":
+            half = self.d("shr.u64", unit, Imm(1))
+            odd = self.p("setp.ne.u64", self.d("and.b64", kept, unit), Imm(0))
+            away = self.p("or.pred", self.p("setp.gt.u64", fraction, half),
+                          self.p("and.pred", self.p("setp.eq.u64", fraction, half), odd))
+        elif mode == "rzi":
+            away = None
+        else:
+            toward = sign if mode == "rmi" else self.emit("not.pred", self.temp("pred"), sign)
+            away = self.p("and.pred", inexact, toward)
+        result = kept if away is None else self.d("add.u64", kept, self.pick(away, unit, Imm(0)))
+        # |x| < 1: a zero of x's sign, or 1.0 of it (floor of a negative, ceil of a positive, rint above half)
+        signed_zero = self.pick(sign, Imm(SIGN), Imm(0))
+        if mode == "rni":
+            one = self.p("setp.gt.u64", magnitude, Imm(0x3FE0000000000000))
+        elif mode == "rzi":
+            one = None
+        else:
+            toward = sign if mode == "rmi" else self.emit("not.pred", self.temp("pred"), sign)
+            one = self.p("and.pred", toward, self.p("setp.ne.u64", magnitude, Imm(0)))
+        small = signed_zero if one is None else self.pick(one, self.d("or.b64", signed_zero, Imm(0x3FF0000000000000)),
+                                                          signed_zero)
+        result = self.pick(self.p("setp.lt.s32", power, Imm(0)), small, result)
+        result = self.pick(self.p("setp.ge.s32", power, Imm(52)), x, result)        # no fraction left
+        return self.pick(self.p("setp.gt.u64", magnitude, Imm(INFINITY)), Imm(CANONICAL_NAN), result)
 
     def _joined(self, lo, hi) -> Reg:
         """(u64)hi << 32 | lo of two words."""
