@@ -274,10 +274,11 @@ extern "C" __global__ void order(const double *a, const double *b, unsigned *tes
     tests[i] = (x < y) | (x <= y) << 1 | (x > y) << 2 | (x >= y) << 3 | (x == y) << 4 | (x != y) << 5
              | !(x < y) << 6 | isnan(x) << 7 | isinf(x) << 8 | isfinite(x) << 9 | (x > 0.5) << 10
              | signbit(x) << 11;
-    out[4 * i] = fmin(x, y);
-    out[4 * i + 1] = fmax(x, y);
-    out[4 * i + 2] = -x;
-    out[4 * i + 3] = fabs(y);
+    out[5 * i] = fmin(x, y);
+    out[5 * i + 1] = fmax(x, y);
+    out[5 * i + 2] = -x;
+    out[5 * i + 3] = fabs(y);
+    out[5 * i + 4] = copysign(x, y);
 }
 """
 A = [1.0, -0.0, np.nan, np.nan, -np.inf, 5e-324, 0.5, 2.0]
@@ -288,16 +289,16 @@ B = [2.0, 0.0, 1.0, np.nan, -1e308, -5e-324, 0.5, -np.nan]
 def test_compares_classes_min_max_and_signs(machine, first):
     """The six compares and a negation against numpy's (a NaN unordered), isnan / isinf / isfinite / signbit, a
     compare with a literal; fmin / fmax as PTX's min / max.f64 (a NaN operand ignored, two NaNs the canonical NaN,
-    -0 below +0), -x and fabs of the sign bit alone (a NaN's too)."""
+    -0 below +0), -x, fabs and copysign of the sign bit alone (a NaN's too)."""
     a, b = np.array(A[first:first + 2]), np.array(B[first:first + 2])
     n = len(a)
-    tests, out = machine.launch(ORDER, "order", [a, b], [n, 8 * n])
+    tests, out = machine.launch(ORDER, "order", [a, b], [n, 10 * n])
     got = tests.tolist()
     for i, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
         flags = [x < y, x <= y, x > y, x >= y, x == y, x != y, not x < y, math.isnan(x), math.isinf(x),
                  math.isfinite(x), x > 0.5, math.copysign(1, x) < 0]
         assert got[i] == sum(int(v) << j for j, v in enumerate(flags)), (x, y, bin(got[i]))
-    values = out.view(np.uint64).reshape(n, 4).tolist()
+    values = out.view(np.uint64).reshape(n, 5).tolist()
 
     def ordered(x: float, y: float, larger: bool) -> int:
         if math.isnan(x) and math.isnan(y):
@@ -308,7 +309,7 @@ def test_compares_classes_min_max_and_signs(machine, first):
         return bits(max(x, y, key=key) if larger else min(x, y, key=key))
     for i, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
         assert values[i] == [ordered(x, y, False), ordered(x, y, True), bits(x) ^ (1 << 63),
-                             bits(y) & ~(1 << 63)], (x, y)
+                             bits(y) & ~(1 << 63), bits(x) & ~(1 << 63) | bits(y) & (1 << 63)], (x, y)
 
 
 KERNELS = r"""
@@ -320,8 +321,8 @@ extern "C" __global__ void scale(float *y, const float *x, int n)
 
 extern "C" __global__ void daxpy(double *y, const double *x, double a, int n)
 {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        y[i] = a * x[i] + y[i];
 }
 """
 
@@ -340,16 +341,16 @@ def test_a_double_by_accident_runs_as_a_gpu_computes_it():
 
 
 def test_daxpy_with_a_double_argument():
-    """A double parameter (the launch converts a Python float to its bits), double arrays written and read as two
-    words a value; a * x[i] + y[i] as a multiply, then an add (the toolchain compiles without fused
-    multiply-adds), as numpy's float64."""
+    """The grid-stride daxpy: a double parameter (the launch converts a Python float to its bits), double arrays
+    written and read as two words a value; a * x[i] + y[i] as a multiply, then an add (the toolchain compiles
+    without fused multiply-adds), as numpy's float64."""
     x = np.array([1.5, -2.25, 1e300, 3.0, 0.1, -0.0], np.float64)
     y = np.array([0.1, 0.2, -1e300, 5e-324, 1e-17, 0.0], np.float64)
     dev = Device()
     px, py = dev.alloc(12), dev.alloc(12)
     dev.write(px, x)
     dev.write(py, y)
-    dev.launch(dev.load_kernel(KERNELS, "daxpy"), threads=2, blocks=3, args=[py, px, 0.3, 6])
+    dev.launch(dev.load_kernel(KERNELS, "daxpy"), threads=2, blocks=2, args=[py, px, 0.3, 6])
     assert dev.read(py, 12).view(np.float64).view(np.uint64).tolist() == (0.3 * x + y).view(np.uint64).tolist()
 
 

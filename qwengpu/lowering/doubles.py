@@ -8,7 +8,7 @@ each double instruction it builds as 64-bit integer PTX (add, shifts, compares, 
 
 - moving one (``ld`` / ``st`` / ``mov`` / ``selp`` ``.f64``, a ``double`` parameter, a literal ``0d3FB9...``) moves
   64 bits: the type becomes ``.b64``; in memory a double is two words, the low word first (a GPU's layout);
-- ``neg`` and ``abs`` change the sign bit alone (a NaN's too, as the floats stage does);
+- ``neg``, ``abs`` and ``copysign`` change the sign bit alone (a NaN's too, as the floats stage does);
 - ``setp`` (PTX's fourteen ordered and unordered tests, ``num``, ``nan``) orders ``sign ? -magnitude : magnitude``
   as signed 64-bit integers (-0 == +0), each operand's NaN test beside; ``testp`` reads the magnitude; ``min`` /
   ``max`` follow PTX (a NaN operand ignored, two NaNs the canonical NaN, -0 below +0) through the total order
@@ -92,7 +92,7 @@ def supported(inst: Instruction) -> bool:
     if "f64" not in mods or {"ftz", "sat", "approx"} & set(mods):
         return False
     base = inst.base
-    if base in MOVES or base in ("neg", "abs", "min", "max"):
+    if base in MOVES or base in ("neg", "abs", "copysign", "min", "max"):
         return True
     if base == "setp":
         tests = [m for m in mods if m != "f64"]
@@ -283,6 +283,10 @@ class _Builder:
 
     def _abs(self, inst, x):
         return self.d("and.b64", x, Imm(MAGNITUDE))
+
+    def _copysign(self, inst, a, b):
+        """copysign.f64 d, a, b: b's magnitude with a's sign (PTX's operand order)."""
+        return self.d("or.b64", self.magnitude(b), self.d("and.b64", a, Imm(SIGN)))
 
     def _setp(self, inst, a, b):
         test = next(m for m in inst.modifiers if m != "f64")
