@@ -56,8 +56,12 @@ machine keeps them, and what is computed from them, as pairs of words: qwengpu.l
 ``--bits`` (implies ``--pairs``) adds the bit counts of 64-bit expressions (``__popcll``, ``__clzll``, ``__ffsll``,
 ``__brevll``: gcc's builtins, a loop for the reversal) and, with ``--atomics``, 64-bit atomics in the block
 programs' atomics phase (add, and, or, xor, exch, cas, min and max unsigned and signed, on ``sh`` read as four
-``unsigned long long``, their old values kept). All ten are off by default, so a seed's programs stay what they
-were.
+``unsigned long long``, their old values kept). ``--doubles`` ends half the plain programs with a double expression
+(qwengpu.lowering.doubles): x's words read two at a time as doubles (any bits), ``(double)`` of ints, unsigneds and
+floats, edge literals, and at most three of + - * / ``sqrt``, ``dmin`` / ``dmax`` (PTX's min / max.f64),
+``floor``, ``-``, ``fabs``, read back as its bits (a NaN made the canonical one on both sides), ``(float)`` of it, a
+compare, or ``(int)`` of it clamped; gcc's doubles are IEEE binary64 (x86-64 SSE2). All eleven are off by default,
+so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
@@ -108,8 +112,10 @@ class Generator:
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
                  wide: bool = False, arith: bool = False, fma: bool = False, calls: bool = False,
-                 counters: bool = False, pairs: bool = False, bits: bool = False):
+                 counters: bool = False, pairs: bool = False, bits: bool = False, doubles: bool = False):
         self.rng = rng
+        self.doubles = doubles      # half the plain programs end with a double expression
+        self.double_left = 0        # double arithmetic ops still allowed in the expression drawn
         self.bits = bits            # 64-bit bit counts; with atomics, 64-bit atomics in the atomics phase
         self.pairs = pairs          # 64-bit leaves may be x's words read two at a time
         self.counters = counters    # statements may be loops over an unsigned long long counter
@@ -451,10 +457,43 @@ class Generator:
         after = f" {var} ^= (unsigned){j};" if self.rng.random() < 0.25 else ""
         return f"{{ unsigned long long {j}{end}; {loop}{after} }}"
 
+    DOUBLE_LITERALS = ("0.0", "(-0.0)", "1.5", "(-2.5)", "0.1", "1e300", "(-1e-310)", "5e-324", "1.7976931348623157e308",
+                       "__longlong_as_double(0x7ff0000000000000ll)", "3.0")
+
+    def double_expr(self, depth: int = 0) -> str:
+        """A double expression: leaves of every kind, at most ``double_left`` arithmetic ops (each is hundreds of
+        machine ops); every result that may be a NaN made the canonical NaN (canon64)."""
+        if depth > 2 or self.double_left <= 0 or self.rng.random() < 0.3:
+            return self.pick([f"((const double *)x)[{self.expr(2)} & 3u]", f"(double)(int){self.expr(2)}",
+                              f"(double){self.expr(2)}", f"(double)__uint_as_float({self.expr(2)})",
+                              self.pick(self.DOUBLE_LITERALS)])
+        self.double_left -= 1
+        a, b = self.double_expr(depth + 1), self.double_expr(depth + 1)
+        op = self.pick(["+", "-", "*", "/", "sqrt", "dmin", "dmax", "floor", "-", "fabs"])
+        self.features.add({"+": "dadd", "-": "dsub", "*": "dmul", "/": "ddiv", "sqrt": "dsqrt"}.get(op, "double"))
+        if op in "+-*/":
+            return f"canon64({a} {op} {b})"
+        if op in ("dmin", "dmax"):
+            return f"{op}({a}, {b})"
+        return f"canon64({op}({a}))" if op != "-" else f"(-{a})"
+
+    def double_use(self) -> str:
+        """An unsigned expression of a double: its bits (a NaN canonical), (float) of it, a compare, (int) of it
+        clamped (C leaves an int out of range undefined)."""
+        self.double_left = 3
+        d, e = self.double_expr(), self.double_expr()
+        cmp = self.pick(["<", "<=", ">", ">=", "==", "!="])
+        return self.pick([f"(unsigned)(__double_as_longlong(canon64({d})) >> {self.pick([0, 32, 20])})",
+                          f"__float_as_uint(canon((float)({d})))", f"(unsigned)({d} {cmp} {e})",
+                          f"(unsigned)(int)dmin(dmax({d}, -2.0e9), 2.0e9)"])
+
     def body(self) -> str:
         lines = ["unsigned v0 = tid, v1 = (unsigned)s0, v2 = (unsigned)x[tid], v3 = 0u;"]
         lines += [self.statement() for _ in range(int(self.rng.integers(1, 5)))]
-        if self.arith and self.rng.random() < 0.5:
+        if self.doubles and self.rng.random() < 0.5:
+            # the program's end, unpredicated: a double expression's long sequences lower fast there
+            lines.append(f"out[tid] = (int)({self.double_use()});")
+        elif self.arith and self.rng.random() < 0.5:
             # the bits of a float expression straight to out[], so that a wrong rounding shows
             self.arith_left = 3
             lines.append(f"out[tid] = (int)__float_as_uint({self.float_expr(1)});")
@@ -517,9 +556,17 @@ CUDA_ATOMICS64 = "".join(
         ("max_s", "unsigned long long v", "atomicMax((long long *)p, (long long)v)")])
 
 
+# --doubles: a NaN double the canonical one (0x7fffffffffffffff, as the machine writes it), PTX's min / max.f64.
+CUDA_DOUBLES = ("__device__ __forceinline__ double canon64(double d) "
+                "{ return d != d ? __longlong_as_double(0x7fffffffffffffffll) : d; }\n"
+                "__device__ __forceinline__ double dmin(double a, double b) { return fmin(a, b); }\n"
+                "__device__ __forceinline__ double dmax(double a, double b) { return fmax(a, b); }\n")
+
+
 def cuda_source(body: str, phases: tuple[str, ...] = (), functions: tuple[str, ...] = ()) -> str:
     text = body + "".join(phases) + "".join(functions)
     prelude = CUDA_CANON if "canon(" in text else ""
+    prelude += CUDA_DOUBLES if "canon64(" in text or "dmin(" in text else ""
     prelude += CUDA_ATOMICS64 if "atomic64_" in text else ""
     prelude += "".join(f"__device__ __noinline__ {f}\n" for f in functions)
     if phases:
@@ -591,6 +638,22 @@ static u64 atomic64_max_s(u64 *p, u64 v) { u64 o = *p; *p = (long long)o > (long
 """
 
 
+# --doubles: gcc's IEEE binary64; the bit casts through memcpy, PTX's min / max.f64 (a NaN operand ignored, two NaNs
+# the canonical NaN, -0 below +0), a NaN made the canonical one.
+C_DOUBLES = """static double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+static long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static double canon64(double d) { return isnan(d) ? __longlong_as_double(0x7fffffffffffffffll) : d; }
+static double ptx_dmax(double a, double b, int is_max) {
+  if (isnan(a) && isnan(b)) return __longlong_as_double(0x7fffffffffffffffll);
+  if (isnan(a)) return b;
+  if (isnan(b)) return a;
+  if (a == 0.0 && b == 0.0) return (signbit(a) != 0) == is_max ? b : a;
+  return (is_max ? a > b : a < b) ? a : b; }
+#define dmax(a, b) ptx_dmax((a), (b), 1)
+#define dmin(a, b) ptx_dmax((a), (b), 0)
+"""
+
+
 # --bits: CUDA's 64-bit bit counts, from gcc's builtins (clz and ffs of 0 as CUDA defines them: 64 and 0).
 C_BITS = """static int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
@@ -602,7 +665,7 @@ static unsigned long long __brevll(unsigned long long x) {
 
 def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     """Every case's out[] computed by the host C compiler, threads one after another."""
-    parts = [C_PRELUDE, C_FLOATS, C_ATOMICS, C_BITS]
+    parts = [C_PRELUDE, C_FLOATS, C_ATOMICS, C_BITS, C_DOUBLES]
     keep = "V[tid][0] = v0; V[tid][1] = v1; V[tid][2] = v2; V[tid][3] = v3;"
     restore = "unsigned v0 = V[tid][0], v1 = V[tid][1], v2 = V[tid][2], v3 = V[tid][3];"
     for i, case in enumerate(cases):
@@ -660,9 +723,10 @@ def int_arg(v: int) -> str:
 
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
               floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False,
-              calls: bool = False, counters: bool = False, pairs: bool = False, bits: bool = False) -> Case:
+              calls: bool = False, counters: bool = False, pairs: bool = False, bits: bool = False,
+              doubles: bool = False) -> Case:
     gen = Generator(rng, narrow, atomics, floats, wide or pairs or bits, arith, fma, calls, counters, pairs or bits,
-                    bits)
+                    bits, doubles)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -779,14 +843,15 @@ def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
          arith: bool = False, time_limit: float | None = None, fma: bool = False, calls: bool = False,
-         counters: bool = False, pairs: bool = False, bits: bool = False) -> dict:
+         counters: bool = False, pairs: bool = False, bits: bool = False, doubles: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
     ``wide``: 64-bit expressions; ``arith``: float32 + - * / sqrtf and (float) of ints, implies ``floats``; ``fma``:
     with them fmaf(a, b, c), rounded once, against libm's; ``calls``: calls of __noinline__ functions;
     ``counters``: loops over unsigned long long counters; ``pairs``: x's words read as 64-bit values; ``bits``: with
-    them 64-bit bit counts, and with ``atomics`` 64-bit atomics); returns
+    them 64-bit bit counts, and with ``atomics`` 64-bit atomics; ``doubles``: a double expression ends half the
+    plain programs); returns
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
     div, rcp, sqrt, an int / unsigned conversion, a call, a call NVRTC kept), the mismatches and the internal errors
     (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted and the
@@ -802,7 +867,8 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with tempfile.TemporaryDirectory() as workdir:
         done = 0
         while done < programs:
-            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters, pairs, bits)
+            cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters, pairs, bits,
+                               doubles)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -882,11 +948,14 @@ def main(argv=None) -> int:
     parser.add_argument("--bits", action="store_true",
                         help="with --pairs (implied): __popcll, __clzll, __ffsll and __brevll of 64-bit expressions; "
                              "with --atomics also 64-bit atomics in the block programs' atomics phase")
+    parser.add_argument("--doubles", action="store_true",
+                        help="half the plain programs end with a double expression (+ - * / sqrt, dmin / dmax, floor, "
+                             "conversions) read back as its bits, (float) of it, a compare or (int) of it")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
                   atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith or args.fma, fma=args.fma,
-                  calls=args.calls, counters=args.counters, pairs=args.pairs, bits=args.bits,
+                  calls=args.calls, counters=args.counters, pairs=args.pairs, bits=args.bits, doubles=args.doubles,
                   time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
                   else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "

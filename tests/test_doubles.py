@@ -378,3 +378,28 @@ def test_on_a_gpu_double_bits_equal_the_machines(machine, cuda_gpu):
     for first in range(0, len(a), 2):
         got = _run(machine, "nearest", a[first:first + 2], b[first:first + 2], 3)
         assert got.tolist() == gpu[first:first + 2].tolist(), (a[first:first + 2], b[first:first + 2])
+
+
+WORDS = r"""
+extern "C" __global__ void words(const int *w, int *out, double *joined)
+{
+    int i = threadIdx.x;
+    double d = __hiloint2double(w[2 * i + 1], w[2 * i]);       // mov.b64 d, {lo, hi}
+    joined[i] = d * 2.0;
+    out[2 * i] = __double2hiint(d);                             // mov.b64 {_, hi}, d
+    out[2 * i + 1] = __double2loint(d * 2.0);                   // mov.b64 {lo, _}, d
+}
+"""
+
+
+def test_a_double_made_of_words_and_its_words():
+    """PTX's mov.b64 between a double and its { lo, hi } words (parsed as a conversion and shifts): a double
+    joined from two ints, doubled, and its words read back, against numpy's views."""
+    w = np.array([1.5, -3.25e-300]).view(np.int32)
+    dev = Device()
+    pw, out, joined = dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    dev.write(pw, w)
+    dev.launch(dev.load_kernel(WORDS, "words"), threads=2, args=[pw, out, joined])
+    doubled = w.view(np.float64) * 2.0
+    assert dev.read(joined, 4).view(np.float64).tolist() == doubled.tolist()
+    assert dev.read(out, 4).tolist() == [w[1], doubled.view(np.int32)[0], w[3], doubled.view(np.int32)[2]]

@@ -391,6 +391,6 @@ def test_float_arguments_are_converted_and_checked():
         kernel.arguments([0, 4, "1.5"])
     with pytest.raises(MachineError, match=r"relu argument 3 \(a 32-bit integer\) must be an integer, got 1.5"):
         dev.launch(dev.load_kernel(FLOATS, "relu"), threads=4, args=[0, 4, 1.5])
-    with pytest.raises(MachineError, match="float64 array is not written"):
-        dev.write(0, np.zeros(2))
+    with pytest.raises(MachineError, match="float16 array is not written"):
+        dev.write(0, np.zeros(2, np.float16))
     assert dev.tokens == []

@@ -105,6 +105,20 @@ def test_64_bit_atomics_and_bit_counts_match_the_host_c_compiler():
         report["features"]["64-bit bit count"] >= 20, (report["refused"], report["features"])
 
 
+def test_double_expressions_match_the_host_c_compiler():
+    """--doubles: a double expression at the end of half the programs (x's words as doubles of any bits, (double)
+    of ints, unsigneds and floats, + - * / sqrt, PTX's min / max, floor, -, fabs), read back as its bits, (float) of
+    it, a compare or (int) of it, against gcc's IEEE binary64."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(30, seed=51, batch=30, doubles=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    features = report["features"]
+    assert report["ran"] >= 26 and features["dadd"] + features["dsub"] + features["dmul"] >= 5 and \
+        features["ddiv"] + features["dsqrt"] >= 3, (report["refused"], features)
+
+
 def test_float_conversions_to_64_bits_match_the_host_c_compiler():
     """--floats --wide: (long long)x, llrintf(x) and (unsigned long long)x of floats clamped into range (C leaves
     the rest undefined), read back as their low word, beside 64-bit expressions; seed 21's 60 programs hold 22
