@@ -237,7 +237,8 @@ def saturated(v: float, lo: int, hi: int) -> int:
 
 
 INTEGRAL = r"""
-extern "C" __global__ void integral(const double *d, double *r, long long *to, unsigned long long *to_unsigned)
+extern "C" __global__ void integral(const double *d, double *r, long long *to, unsigned long long *to_unsigned,
+                                    int *nearest)
 {
     int i = threadIdx.x;
     r[4 * i + 0] = trunc(d[i]);
@@ -246,6 +247,9 @@ extern "C" __global__ void integral(const double *d, double *r, long long *to, u
     r[4 * i + 3] = rint(d[i]);
     to[i] = (long long)d[i];
     to_unsigned[i] = (unsigned long long)d[i];
+    nearest[3 * i + 0] = __double2int_rn(d[i]);
+    nearest[3 * i + 1] = __double2int_rd(d[i]);
+    nearest[3 * i + 2] = (int)__double2uint_ru(d[i]);
 }
 """
 
@@ -255,15 +259,19 @@ extern "C" __global__ void integral(const double *d, double *r, long long *to, u
 def test_trunc_floor_ceil_rint_and_long_long_casts(machine, d):
     """trunc, floor, ceil, rint of doubles (cvt.rzi / rmi / rpi / rni .f64.f64: ties to even, |x| < 1 to a zero
     of its sign or to 1.0, integers past 2^52 as they are, NaN canonical) against numpy's; (long long)d and
-    (unsigned long long)d toward zero, saturated, a NaN 0."""
+    (unsigned long long)d toward zero, saturated, a NaN 0; __double2int_rn / _rd and __double2uint_ru (cvt.rni /
+    rmi / rpi: the integral value, then saturated)."""
     d = np.array(d)
-    r, to, to_unsigned = machine.launch(INTEGRAL, "integral", [d], [16, 4, 4])
+    r, to, to_unsigned, nearest = machine.launch(INTEGRAL, "integral", [d], [16, 4, 4, 6])
     got = r.view(np.uint64).reshape(2, 4).tolist()
     for i, x in enumerate(d.tolist()):
         assert got[i] == [CANONICAL_NAN if math.isnan(x) else bits(float(f(np.float64(x))))
                           for f in (np.trunc, np.floor, np.ceil, np.rint)], x
     assert to.view(np.int64).tolist() == [saturated(x, -2 ** 63, 2 ** 63 - 1) for x in d.tolist()]
     assert to_unsigned.view(np.uint64).tolist() == [saturated(x, 0, 2 ** 64 - 1) for x in d.tolist()]
+    assert nearest.view(np.int32).reshape(2, 3).tolist() == [
+        [saturated(float(np.rint(x)), -2 ** 31, 2 ** 31 - 1), saturated(float(np.floor(x)), -2 ** 31, 2 ** 31 - 1),
+         np.int32(np.uint32(saturated(float(np.ceil(x)), 0, 2 ** 32 - 1))).item()] for x in d.tolist()]
 
 
 ORDER = r"""

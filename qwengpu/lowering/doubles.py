@@ -25,7 +25,8 @@ each double instruction it builds as 64-bit integer PTX (add, shifts, compares, 
   of a uniform loop, the remainder a sticky bit;
 - conversions: ``cvt.f64.f32`` (exact, a float32 subnormal normalised), ``cvt.rn / rz / rm / rp .f32.f64`` (a
   float's 24 bits rounded once, float32 subnormals and overflow as IEEE), ``cvt.rn.f64.s32 / u32`` (exact),
-  ``cvt.rzi.s32 / u32 / s64 / u64 .f64`` (C's ``(int)d``, ``(long long)d``: toward zero, saturated, a NaN 0), and
+  ``cvt.rzi.s32 / u32 / s64 / u64 .f64`` (C's ``(int)d``, ``(long long)d``: toward zero, saturated, a NaN 0; and
+  ``.rni`` / ``.rmi`` / ``.rpi``: ``__double2int_rn`` / ``_rd`` / ``_ru``, ``lrint``: the integral value first), and
   ``cvt.rzi / rmi / rpi / rni .f64.f64`` (``trunc``, ``floor``, ``ceil``, ``rint``: the fraction's bits cleared,
   a unit added where the mode rounds away).
 
@@ -106,8 +107,8 @@ def supported(inst: Instruction) -> bool:
     if base in ("div", "rcp", "sqrt"):
         return rounded
     if base == "cvt":
-        return mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32"), ("rzi", "s32", "f64"),
-                        ("rzi", "u32", "f64"), ("rzi", "s64", "f64"), ("rzi", "u64", "f64")) or (
+        return mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32")) or (
+            len(mods) == 3 and mods[0] in INTEGRAL and mods[1] in ("s32", "u32", "s64", "u64") and mods[2] == "f64") or (
             # not (double) of a 64-bit integer: CUDA's sinf reduces a huge argument so, after 64-bit integer
             # arithmetic the pairs stage does not build (mad.wide with a 64-bit addend); refused there, the path is
             # cut at its start (qwengpu.lowering.paths) and sinf runs for every other argument
@@ -553,6 +554,8 @@ class _Builder:
             return self._from_word(x, mods[2] == "s32")
         if mods[1:] == ("f64", "f64"):
             return self._integral(x, mods[0])
+        if mods[0] != "rzi":        # __double2int_rn / _rd / _ru, lrint: the integral value, then toward zero
+            x = self._integral(x, mods[0])
         if mods[1] in ("s64", "u64"):
             return self._to_wide(x, mods[1] == "s64")
         return self._to_word(x, mods[1] == "s32")
