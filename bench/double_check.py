@@ -121,12 +121,12 @@ def draw(rng: np.random.Generator, n: int) -> np.ndarray:
     return values
 
 
-def source(mode: str, roots: bool = False, dtype: str = "double") -> str:
+def source(mode: str, roots: bool = False) -> str:
     """A kernel computing the ops of a[i] and b[i] in ``mode`` (add, sub, mul; or a / b and sqrt(a))."""
     forms = (ROOTS if roots else INTRINSICS)[mode]
     ops = "".join(f"    out[{len(forms)} * i + {j}] = {form.format(a='a[i]', b='b[i]')};\n"
                   for j, form in enumerate(forms))
-    return (f'extern "C" __global__ void ops(const {dtype} *a, const {dtype} *b, {dtype} *out)\n'
+    return (f'extern "C" __global__ void ops(const double *a, const double *b, double *out)\n'
             f'{{\n    int i = threadIdx.x;\n{ops}}}\n')
 
 

@@ -157,11 +157,11 @@ class Kernel:
         for i, (param, value) in enumerate(zip(params, args)):
             what = f"kernel {self.name} argument {i + 1}" + (f" ({_parameter(param)})" if param.size is None else "")
             if param.type == "f32":
-                words.append(_float32_bits(value, what))
+                words.append(_float_bits(value, what, np.float32))
             elif param.size is not None:
                 words.append(_struct_bytes(value, param.size, what))
             elif param.type == "f64":
-                words.append(_float64_bits(value, what))
+                words.append(_float_bits(value, what, np.float64))
             else:
                 words.append(_integer(value, what))
         return tuple(words)
@@ -790,32 +790,22 @@ def launch_geometry(shape: tuple, grid: tuple) -> dict:
     return {} if shape[1:] == grid[1:] == (1, 1) else geometry
 
 
-def _float32_bits(value, what: str) -> int:
-    """A number as the bits of the float32 nearest it; one too large for a float32 is refused (not made infinite)."""
+def _float_bits(value, what: str, dtype) -> int:
+    """A number as the bits of the ``dtype`` (float32 or float64: a ``float`` or ``double`` parameter) nearest it,
+    as C++ converts an argument; one too large for it is refused (not made infinite)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise MachineError(f"{what} must be a number, got {value!r}")
+    name = np.dtype(dtype).name
     try:
         with np.errstate(over="ignore"):
-            single = np.float32(value)
-        too_large = np.isinf(single) and not np.isinf(float(value))
+            rounded = dtype(value)
+        too_large = np.isinf(rounded) and not np.isinf(float(value))
     except OverflowError:                   # an int beyond even float64
         too_large = True
     if too_large:
-        raise MachineError(f"{what}: {value!r} is outside float32's range (its largest finite value is "
-                           f"{float(np.finfo(np.float32).max)!r})")
-    return int(single.view(np.uint32))
-
-
-def _float64_bits(value, what: str) -> int:
-    """A number as the bits of the float64 nearest it (a ``double`` parameter, as C++ passes one); one too large
-    for a float64 is refused."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise MachineError(f"{what} must be a number, got {value!r}")
-    try:
-        double = np.float64(value)
-    except OverflowError:                   # an int beyond float64
-        raise MachineError(f"{what}: {value!r} is outside float64's range") from None
-    return int(double.view(np.uint64))
+        raise MachineError(f"{what}: {value!r} is outside {name}'s range (its largest finite value is "
+                           f"{float(np.finfo(dtype).max)!r})")
+    return int(rounded.view(np.uint32 if dtype == np.float32 else np.uint64))
 
 
 def _struct_bytes(value, size: int, what: str) -> int:

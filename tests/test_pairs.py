@@ -575,7 +575,8 @@ def _bfind(v: int) -> int:
     return v.bit_length() - 1 if v else 0xFFFFFFFF
 
 
-@pytest.mark.parametrize("values", [[0, 1, 2**63, 2**64 - 1], [2**32, 2**32 - 1, 0x8000000000000001, 0x123456789ABCDEF0],
+@pytest.mark.parametrize("values", [[0, 1, 2**63, 2**64 - 1],
+                                    [2**32, 2**32 - 1, 0x8000000000000001, 0x123456789ABCDEF0],
                                     [2**63 - 1, 0xFFFFFFFF00000000, 3 << 40, 0x00000001FFFFFFFE]])
 def test_bit_counts_of_64_bit_values(values):
     """__popcll, __clzll, __ffsll (NVRTC: 64 - clz(x & -x)), __brevll and PTX's bfind .u64 / .s64 / .shiftamt of

@@ -27,8 +27,8 @@ flags, widths and precisions (``*`` too), ``%%``, and ``%s`` of string literals 
 choice such as ``x ? "big" : "small"`` becomes a ``selp`` of their numbers), and ``%ld`` / ``%lu`` / ``%llx`` /
 ``%zu`` (``l``, ``ll``, ``z``, ``j``, ``t``: a 64-bit argument, stored as its low word and its high word, which
 the machine computes as ``>> 32``: the lowering refuses it where the machine does not hold the high word, and runs
-it for a word extended, a loop counter, a product of words); refused by name: ``%p`` (the machine keeps no pointers for the
-host), ``%lc`` / ``%ls``, ``%Lf``, ``%a``, ``%n`` and ``%#o``.
+it for a word extended, a loop counter, a product of words); refused by name: ``%p`` (the machine keeps no pointers
+for the host), ``%lc`` / ``%ls``, ``%Lf``, ``%a``, ``%n`` and ``%#o``.
 """
 from __future__ import annotations
 

@@ -107,13 +107,16 @@ def supported(inst: Instruction) -> bool:
     if base in ("div", "rcp", "sqrt"):
         return rounded
     if base == "cvt":
-        return mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32")) or (
-            len(mods) == 3 and mods[0] in INTEGRAL and mods[1] in ("s32", "u32", "s64", "u64") and mods[2] == "f64") or (
-            # not (double) of a 64-bit integer: CUDA's sinf reduces a huge argument so, after 64-bit integer
-            # arithmetic the pairs stage does not build (mad.wide with a 64-bit addend); refused there, the path is
-            # cut at its start (qwengpu.lowering.paths) and sinf runs for every other argument
-            len(mods) == 3 and mods[0] in ROUNDINGS and mods[1:] == ("f32", "f64")) or (
-            len(mods) == 3 and mods[0] in INTEGRAL and mods[1:] == ("f64", "f64"))
+        if mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32")):
+            return True
+        if len(mods) != 3:
+            return False
+        # not (double) of a 64-bit integer: CUDA's sinf reduces a huge argument so, after 64-bit integer arithmetic
+        # the pairs stage does not build (mad.wide with a 64-bit addend); refused there, the path is cut at its
+        # start (qwengpu.lowering.paths) and sinf runs for every other argument
+        rounding, to, of = mods
+        return (rounding in ROUNDINGS and (to, of) == ("f32", "f64")) or (
+            rounding in INTEGRAL and of == "f64" and to in ("f64", "s32", "u32", "s64", "u64"))
     return False
 
 

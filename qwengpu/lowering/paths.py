@@ -1,8 +1,8 @@
 """Paths the machine cannot run, refused when a thread takes one (the lowering's first stage).
 
-The machine runs part of double arithmetic (qwengpu.lowering.doubles: add, sub, mul, div, sqrt, compares, floor and
-its kin, the conversions to and from float and int); a *refused* instruction here is a double instruction it does not build (a
-fused multiply-add, a conversion of a 64-bit integer, the math library's). A kernel whose every path meets one is
+The machine runs part of double arithmetic (qwengpu.lowering.doubles: add, sub, mul, div, sqrt, compares, floor
+and its kin, the conversions to and from float and int); a *refused* instruction here is a double instruction it
+does not build (a fused multiply-add, a conversion of a 64-bit integer, the math library's). A kernel whose every path meets one is
 refused before its launch touches memory (by the floats stage, naming the instruction and saying to write
 ``2.0f``). But CUDA's own math library compiles a rare branch in double: ``sinf``, ``cosf`` and ``sincosf`` reduce
 an argument of magnitude 105615 or more (Payne-Hanek) with 64-bit integers converted to a double, while every other
