@@ -66,7 +66,11 @@ def worker(a) -> int:
     out = Path(a.report)
 
     def save():
-        (out / f"rank{rank}.json").write_text(json.dumps(report))
+        # whole or not at all: the launcher fault kills ranks at any moment, mid-write included, and a truncated
+        # report would read as no JSON at all (a rename within one folder is atomic)
+        part = out / f"rank{rank}.json.part"
+        part.write_text(json.dumps(report))
+        os.replace(part, out / f"rank{rank}.json")
 
     def fault_now():
         (out / "fault_time").write_text(repr(time.time()))
