@@ -10,6 +10,8 @@ The stages, one module each, run in this order:
                                  as stores of the thread's indices (the device stops the launch).
    ``block_votes.rewrite``       __syncthreads_count / _and / _or (bar.red) as an atomic add to a hidden shared
                                  word between two barriers.
+   ``carries.rewrite``           carry chains (add.cc / addc, sub.cc / subc, mad.cc / madc) as plain instructions
+                                 and a register for the carry.
    ``doubles.rewrite``           float64 moves, compares, add / sub / mul / div / sqrt and conversions as 64-bit
                                  integer PTX, whose registers the pairs stage keeps as pairs of words.
    ``pairs.rewrite``             64-bit integer loads, stores and atomics as accesses of two words; the values
@@ -51,12 +53,12 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
-from . import block_votes, console, doubles, pairs, paths
+from . import block_votes, carries, console, doubles, pairs, paths
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
 from .floats import as_integers
-from .fuse import fuse, prune
+from .fuse import arithmetic, fuse, prune
 from .mop import MOp, Program
 from .overlays import split
 from .propagate import propagate
@@ -73,6 +75,8 @@ __all__ = ["lower", "Program", "bind_arguments", "pointer_fields", "shared_layou
 # At most this many 64-bit registers are made pairs of words because the lowering refused their high words
 # (``lower``): each one more costs a lowering of the kernel.
 PAIR_REGISTERS = 32
+SURELY_LONG = 2 * isa.ROM_BLOCKS     # ops of arithmetic past which a program is not tried as one (``_lowered``)
+
 
 def pointer_fields(kernel) -> set[tuple[str, int]]:
     """The 64-bit parameters the kernel uses as addresses, as (parameter, byte offset): offset 0 of a pointer
@@ -221,7 +225,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     its overlay state, take the top words of memory (``Program.reserved``; qwengpu.lowering.barriers,
     qwengpu.lowering.overlays)."""
     kernel, formats = console.rewrite(paths.rewrite(kernel))
-    kernel = block_votes.rewrite(kernel)
+    kernel = carries.rewrite(block_votes.rewrite(kernel))
     # doubles as 64-bit integers, whose registers the pairs stage keeps as pairs of words
     kernel, doubled = doubles.rewrite(kernel)
     written = {name for inst in kernel.body if isinstance(inst, Instruction) for name in [destination(inst)] if name}
@@ -277,11 +281,19 @@ def _lowered(kernel, context: Context, threads: int, shared_words: int, local_wo
             raise error from None
     base = isa.SINK - words
     mops, _ = expand(mops, threads, base)
+    pruned = None
     try:
+        if len(mops) > SURELY_LONG:
+            # fusion is quadratic in the ops (minutes for the 15,000 of a double exp): a program whose arithmetic
+            # alone is twice the ROM goes to the overlays without trying it whole
+            pruned = prune(mops)
+            if arithmetic(pruned) > SURELY_LONG:
+                raise DoesNotFit(f"kernel {kernel.name} needs at least {arithmetic(pruned)} blocks; the ROM holds "
+                                 f"{isa.ROM_BLOCKS}")
         try:
             program = allocate(kernel.name, fuse([m.copy() for m in mops]), emitter.barrier)
         except DoesNotFit:
-            program = allocate(kernel.name, fuse(prune(mops)), emitter.barrier, precise=True)
+            program = allocate(kernel.name, fuse(pruned or prune(mops)), emitter.barrier, precise=True)
     except DoesNotFit as error:
         return overlaid(str(error))
     if words:

@@ -140,11 +140,18 @@ def _narrows(mop: MOp, covered, atoms: bool) -> bool:
     return False
 
 
-def defined_in(mops: list[MOp]) -> list[set]:
-    """The virtual registers some path from the start writes before each op. The others still hold the 0 of the
-    warp's start there, as they will again when the warp resumes: a barrier need not keep them."""
+def kept_across(mops: list[MOp], live: list[set]) -> list[list[str]]:
+    """At each op, the registers live there (``live``) that some path from the start writes before it, sorted: what
+    a warp that stops there must keep. The others still hold the 0 of the warp's start, as they will again when the
+    warp resumes."""
     succ = successors(mops)
-    defined = [set() for _ in mops]
+    # the registers written before each op, as bits of a Python integer: in a long program (a double exp's 15,000
+    # ops) these sets hold thousands, and set unions and subset tests made this quadratic in practice
+    bit = {}
+    for mop in mops:
+        if mop.dst and mop.dst not in bit:
+            bit[mop.dst] = 1 << len(bit)
+    defined = [0] * len(mops)
     reached = [False] * len(mops)
     if mops:
         reached[0] = True
@@ -154,12 +161,12 @@ def defined_in(mops: list[MOp]) -> list[set]:
         for i, mop in enumerate(mops):
             if not reached[i]:
                 continue
-            out = defined[i] | ({mop.dst} if mop.dst else set())
+            out = defined[i] | (bit[mop.dst] if mop.dst else 0)
             for s in succ[i]:
-                if not reached[s] or not out <= defined[s]:
+                if not reached[s] or out & ~defined[s]:
                     reached[s], defined[s] = True, defined[s] | out
                     changed = True
-    return defined
+    return [sorted(reg for reg in live[i] if defined[i] & bit.get(reg, 0)) for i in range(len(mops))]
 
 
 def kept_registers(mops: list[MOp]) -> dict[int, list[str]]:
@@ -167,8 +174,8 @@ def kept_registers(mops: list[MOp]) -> dict[int, list[str]]:
     markers = [i for i, mop in enumerate(mops) if mop.barrier]
     if not markers:
         return {}
-    live, defined = live_in(mops, observed_keeps(mops, atoms=True)), defined_in(mops)
-    return {i: sorted(live[i] & defined[i]) for i in markers}
+    kept = kept_across(mops, live_in(mops, observed_keeps(mops, atoms=True)))
+    return {i: kept[i] for i in markers}
 
 
 def state_slots(mops: list[MOp]) -> int:

@@ -117,6 +117,14 @@ def fuse(mops: list[MOp]) -> list[MOp]:
     return mops
 
 
+def arithmetic(mops: list[MOp]) -> int:
+    """How many ops compute something other than a copy (``a``, and ``add`` / ``sub``, which may be copies with an
+    offset): fusion packs no two of them into one block, and removes one only where nothing reads it or where it is
+    overwritten before it is read. Of ops ``prune`` left, nearly all stay: the count bounds the blocks from below
+    within the few that a predicated write overwritten under the same predicate takes away."""
+    return sum(mop.op not in ("a", "add", "sub") for mop in mops)
+
+
 def _canonical_copy(mop: MOp) -> None:
     """``d = s + k`` and ``d = s - k`` with k an immediate are copies with an offset: operands absorb them."""
     if mop.load or mop.atomic or mop.op not in ("add", "sub"):

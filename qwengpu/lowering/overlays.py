@@ -39,7 +39,7 @@ import bisect
 import dataclasses
 
 from ..isa import MachineError
-from .barriers import defined_in, live_in, observed_keeps
+from .barriers import kept_across, live_in, observed_keeps
 from .mop import MOp
 
 __all__ = ["split", "Overlays"]
@@ -91,8 +91,7 @@ class _Cutter:
         self.mops, self.threads, self.base = mops, threads, 0
         self.cycles = False         # overlay 0 may be entered again (set when a later cut makes a loop cross one)
         self.slot: dict[str, int] = {}     # each kept register's slot (programs() assigns them)
-        live, defined = live_in(mops, observed_keeps(mops, atoms=True)), defined_in(mops)
-        self.kept = [sorted(live[i] & defined[i]) for i in range(len(mops))]
+        self.kept = kept_across(mops, live_in(mops, observed_keeps(mops, atoms=True)))
         # what targets() and programs() look at for every list of cuts, found once: the branches (op, target), the
         # ops after a __syncthreads, and whether the program has one
         n = len(mops)
@@ -237,20 +236,34 @@ class _Cutter:
         targets = self.targets(bounds)
         ids = {t: k for k, t in enumerate(targets, start=1)}
         # slots: registers kept at the same point never share one (a greedy colouring, in order of first keeping)
-        self.slot = {}
-        together: dict[str, set] = {}
-        for t in targets:
-            for reg in self.kept[t]:
-                together.setdefault(reg, set()).update(self.kept[t])
-        for reg in together:
-            taken = {self.slot[other] for other in together[reg] if other in self.slot}
-            self.slot[reg] = next(k for k in range(1, len(together) + 2) if k not in taken)
+        if only is not None:
+            # a trial asks whether one overlay fits, which the slots' numbers do not change (they are addresses):
+            # a fresh slot for each register it keeps, without the colouring, which is quadratic in the resume
+            # points (a trial a cut, a few thousand trials for a double exp)
+            self.slot = _FreshSlots()
+        else:
+            self.slot = {}
+            together: dict[str, set] = {}
+            for t in targets:
+                for reg in self.kept[t]:
+                    together.setdefault(reg, set()).update(self.kept[t])
+            for reg in together:
+                taken = {self.slot[other] for other in together[reg] if other in self.slot}
+                self.slot[reg] = next(k for k in range(1, len(together) + 2) if k not in taken)
         cycles = self.cycles or any(t < bounds[1] for t in targets) or self.barrier or any(
             t < i and bisect.bisect_right(bounds, t) != bisect.bisect_right(bounds, i) for i, t in self.jumps)
         programs = [self.overlay(a, b, ids, cycles) if only in (None, k) else None
                     for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
         slots = 1 + max(self.slot.values(), default=0)
         return programs, slots
+
+
+class _FreshSlots(dict):
+    """Slots numbered as registers ask for them (a trial's: any distinct numbers do)."""
+
+    def __missing__(self, reg: str) -> int:
+        self[reg] = len(self) + 1
+        return self[reg]
 
 
 def split(why: str, mops: list[MOp], threads: int, fits, share: int = 4) -> Overlays:
