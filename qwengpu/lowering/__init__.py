@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
-from . import block_votes, carries, console, doubles, pairs, paths
+from . import block_votes, carries, console, deadline, doubles, pairs, paths
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
@@ -223,7 +223,14 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
 
     A block's __shared__ arrays and (with more than one warp) its barrier state, or a program longer than the ROM
     its overlay state, take the top words of memory (``Program.reserved``; qwengpu.lowering.barriers,
-    qwengpu.lowering.overlays)."""
+    qwengpu.lowering.overlays). A lowering that runs past ``QWENGPU_LOWERING_SECONDS`` (300 s) stops with
+    ``deadline.LoweringTimeout`` (qwengpu.lowering.deadline)."""
+    with deadline.lowering(kernel.name):
+        return _lower(kernel, args, threads, block, blocks, shared, shape, grid, variables)
+
+
+def _lower(kernel, args, threads, block, blocks, shared, shape, grid, variables) -> Program:
+    """``lower``'s stages, under its deadline."""
     kernel, formats = console.rewrite(paths.rewrite(kernel))
     kernel = carries.rewrite(block_votes.rewrite(kernel))
     # doubles as 64-bit integers, whose registers the pairs stage keeps as pairs of words
@@ -234,6 +241,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
     # register more each time, up to PAIR_REGISTERS).
     seeds: frozenset = doubled
     while True:
+        deadline.check("lowering again with more registers as pairs of words")
         try:
             return _laid_out(as_integers(pairs.rewrite(kernel, seeds)), formats, args, threads, block, blocks, shared,
                              shape, grid, variables)

@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 from ..isa import MachineError
+from . import deadline
 from .mop import MOp
 
 
@@ -44,18 +45,50 @@ def live_in(mops: list[MOp], keeps: list[bool] | None = None) -> list[set]:
     """The virtual registers live on entry to each op (read later before they are written, on some path).
     A predicated op reads its destination (inactive lanes keep the old value) unless ``keeps[i]`` says the old value
     is never observed (``observed_keeps``)."""
+    words, bit = live_bits(mops, keeps)
+    names = list(bit)
+    return [_members(word, names) for word in words]
+
+
+def live_bits(mops: list[MOp], keeps: list[bool] | None = None) -> tuple[list[int], dict[str, int]]:
+    """``live_in`` as bits of Python integers, and each register's bit: a long program's passes over sets of sets
+    were most of its lowering, and where predicated ops keep thousands of registers live (a double sin's
+    if-converted paths) the sets themselves are too many to build."""
     succ = successors(mops)
-    live = [set() for _ in mops]
+    bit: dict[str, int] = {}
+
+    def bits(regs) -> int:
+        word = 0
+        for reg in regs:
+            if reg not in bit:
+                bit[reg] = 1 << len(bit)
+            word |= bit[reg]
+        return word
+    reads = [bits(mop.reads(keep=True if keeps is None else keeps[i])) for i, mop in enumerate(mops)]
+    kills = [~bits([mop.dst]) if mop.dst else -1 for mop in mops]
+    live = [0] * len(mops)
     changed = True
     while changed:
+        deadline.check("liveness")
         changed = False
         for i in reversed(range(len(mops))):
-            out = set().union(*(live[s] for s in succ[i])) if succ[i] else set()
-            reads = mops[i].reads(keep=True if keeps is None else keeps[i])
-            new = (out - ({mops[i].dst} if mops[i].dst else set())) | set(reads)
+            out = 0
+            for s in succ[i]:
+                out |= live[s]
+            new = (out & kills[i]) | reads[i]
             if new != live[i]:
                 live[i], changed = new, True
-    return live
+    return live, bit
+
+
+def _members(word: int, names: list[str]) -> set:
+    """The registers whose bits are set in ``word``."""
+    found = set()
+    while word:
+        low = word & -word
+        found.add(names[low.bit_length() - 1])
+        word ^= low
+    return found
 
 
 def observed_keeps(mops: list[MOp], atoms: bool = False) -> list[bool]:
@@ -67,6 +100,8 @@ def observed_keeps(mops: list[MOp], atoms: bool = False) -> list[bool]:
     succ = successors(mops)
     result = []
     for i, mop in enumerate(mops):
+        if i % 64 == 0:
+            deadline.check("which predicated writes' old values are read")
         if mop.pred is None or not mop.dst:
             result.append(False)
             continue

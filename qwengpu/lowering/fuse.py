@@ -12,7 +12,8 @@ Example::
 from __future__ import annotations
 
 from ..isa import MachineError
-from .barriers import live_in, successors
+from . import deadline
+from .barriers import live_bits, successors
 from .mop import COMMUTATIVE, MIRROR, MOp
 
 MASK32 = 0xFFFFFFFF
@@ -36,6 +37,7 @@ def fuse(mops: list[MOp]) -> list[MOp]:
     changed, rounds = True, 0
     while changed:
         changed, rounds = False, rounds + 1
+        deadline.check("block fusion")
         if rounds > 100 * (len(mops) + 10):
             raise MachineError("internal: block fusion does not settle")
         uses = _uses(mops)
@@ -228,10 +230,11 @@ def prune(mops: list[MOp]) -> list[MOp]:
     The lowering runs it on programs that do not fit the ROM as they are (those that fit are left as they were)."""
     mops = [m.copy() for m in mops]
     while True:
-        live, succ = live_in(mops), successors(mops)
+        deadline.check("dead ops removed (prune)")
+        (live, bit), succ = live_bits(mops), successors(mops)
         dead = [i for i, mop in enumerate(mops)
                 if mop.dst and mop.store is None and mop.branch == "none" and not mop.atomic
-                and not any(mop.dst in live[j] for j in succ[i])]
+                and not any(live[j] & bit.get(mop.dst, 0) for j in succ[i])]
         if not dead:
             return mops
         for i in reversed(dead):

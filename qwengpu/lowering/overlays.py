@@ -39,6 +39,7 @@ import bisect
 import dataclasses
 
 from ..isa import MachineError
+from . import deadline
 from .barriers import kept_across, live_in, observed_keeps
 from .mop import MOp
 
@@ -291,6 +292,7 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
         start = bounds[-1]
 
         def good(stop: int) -> bool:
+            deadline.check(f"cutting into overlays (overlay {len(bounds)}, op {start} of {n})")
             k = len(bounds) - 1
             programs, _ = cutter.programs(bounds + [stop] + ([n] if stop < n else []), only=k)
             return fits(programs[k])
