@@ -5,10 +5,12 @@ integer roots), and what a double op costs beside a float one.
     python -m qccl_bench.double_check --ops 3000 --seed 1            # add, sub, mul to nearest
     python -m qccl_bench.double_check --ops 600 --seed 2 --mode rz    # rz, rm or rp: __dadd_rz, __dmul_rd, ...
     python -m qccl_bench.double_check --ops 100 --seed 3 --roots      # a / b and sqrt(a): __ddiv_rz, __dsqrt_ru ...
+    python -m qccl_bench.double_check --ops 800 --seed 4 --fma        # fma(a, b, c) in all four roundings
     python -m qccl_bench.double_check --cost                          # tokens written: float vs double
 
 The operands are random bits of every kind (subnormals, huge values, NaNs, infinities), values near 1 over a range
-of exponents, IEEE's edge values, and cancellations (b = -a, b = a neighbour of a). Each launch computes the three
+of exponents, IEEE's edge values, and cancellations (b = -a, b = a neighbour of a; for fma, c = -(a * b) or a
+neighbour of it, and c at a scale near the product's). Each launch computes the three
 ops of two operand pairs on two threads (straight-line code: its lowering is cut into overlays once, then reused).
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ EDGES = [0.0, -0.0, 1.0, -1.0, math.inf, -math.inf, math.nan, 5e-324, -5e-324, 2
          2.225073858507201e-308, 1.7976931348623157e308, -1.7976931348623157e308, 1.5, 3.0, 0.1, 2.0 ** 53,
          1.5e-323, 1e-310, 1.0 + 2 ** -52, 2.0 ** 1023, 2.0 ** -1022 * 1.5, -2.0 ** -537]
 CUDA_MODE = {"rz": "rz", "rm": "rd", "rp": "ru"}
+ROUNDINGS = ("rn", "rz", "rm", "rp")
 INTRINSICS = {"rn": ("{a} + {b}", "{a} - {b}", "{a} * {b}"),
               **{mode: (f"__dadd_{cuda}({{a}}, {{b}})", f"__dsub_{cuda}({{a}}, {{b}})", f"__dmul_{cuda}({{a}}, {{b}})")
                  for mode, cuda in CUDA_MODE.items()}}
@@ -83,6 +86,25 @@ def expected(a: float, b: float, op: str, mode: str) -> int:
     sign_b = -math.copysign(1, b) if op == "-" else math.copysign(1, b)
     same = math.copysign(1, a) == sign_b
     return rounded(exact, mode, negative_zero=(same and math.copysign(1, a) < 0) or (not same and mode == "rm"))
+
+
+def fused(a: float, b: float, c: float, mode: str) -> int:
+    """IEEE's fma(a, b, c) in ``mode``: a * b + c exact, then rounded once. A NaN operand, inf * 0, and an
+    infinite product plus the other infinity are the canonical NaN; an infinite product is that infinity, a finite
+    one beside an infinite c is c. An exact zero: +0 (-0 rounding down) unless both terms are zeros of one sign
+    (a zero product has a * b's sign)."""
+    sign_p = math.copysign(1, a) * math.copysign(1, b)
+    if not all(math.isfinite(v) for v in (a, b, c)):
+        if math.isnan(a) or math.isnan(b) or math.isnan(c):
+            return CANONICAL_NAN
+        if math.isinf(a) or math.isinf(b):
+            if a == 0 or b == 0 or (math.isinf(c) and math.copysign(1, c) != sign_p):
+                return CANONICAL_NAN
+            return bits(math.copysign(math.inf, sign_p))
+        return bits(c)
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    same = sign_p == math.copysign(1, c)
+    return rounded(exact, mode, negative_zero=(same and sign_p < 0) or (not same and mode == "rm"))
 
 
 def quotient(a: float, b: float, mode: str) -> int:
@@ -164,16 +186,58 @@ def check(ops: int, seed: int, mode: str = "rn", roots: bool = False) -> dict:
     return report
 
 
+FUSED = ('extern "C" __global__ void fused(const double *a, const double *b, const double *c, double *out)\n'
+         '{\n    int i = threadIdx.x;\n    out[4 * i + 0] = fma(a[i], b[i], c[i]);\n'
+         '    out[4 * i + 1] = __fma_rz(a[i], b[i], c[i]);\n    out[4 * i + 2] = __fma_rd(a[i], b[i], c[i]);\n'
+         '    out[4 * i + 3] = __fma_ru(a[i], b[i], c[i]);\n}\n')
+
+
+def check_fused(ops: int, seed: int) -> dict:
+    """Run ``ops`` random fma(a, b, c), each in the four roundings; returns counts and the mismatches."""
+    from qwengpu import Device
+    rng = np.random.default_rng(seed)
+    dev = Device()
+    kernel = dev.load_kernel(FUSED, "fused")
+    pa, pb, pc, out = dev.alloc(4), dev.alloc(4), dev.alloc(4), dev.alloc(16)
+    report = {"ops": 0, "mismatches": [], "records": 0}
+    start = time.time()
+    while report["ops"] < ops:
+        a, b, c = draw(rng, 2), draw(rng, 2), draw(rng, 2)
+        with np.errstate(all="ignore"):
+            if rng.random() < 0.3:      # a cancellation: c = -(a * b) or a neighbour of it
+                c[0] = -(a[0] * b[0]) * rng.choice([1.0, 1 + 2 ** -52, 1 - 2 ** -53])
+            if rng.random() < 0.3:      # c near the product's scale (the terms overlap: short shifts)
+                c[1] = a[1] * b[1] * rng.uniform(-4, 4) * 2.0 ** int(rng.integers(-60, 60))
+        for pointer, values in ((pa, a), (pb, b), (pc, c)):
+            dev.write(pointer, values)
+        before = dev.stats["records"]
+        dev.launch(kernel, threads=2, args=[pa, pb, pc, out])
+        report["records"] += dev.stats["records"] - before
+        got = dev.read(out, 16).view(np.uint64).reshape(2, 4)
+        for i in range(2):
+            x, y, z = float(a[i]), float(b[i]), float(c[i])
+            for j, mode in enumerate(ROUNDINGS):
+                want = fused(x, y, z, mode)
+                report["ops"] += 1
+                if int(got[i, j]) != want:
+                    report["mismatches"].append((x, y, z, mode, hex(int(got[i, j])), hex(want)))
+    report["seconds"] = time.time() - start
+    return report
+
+
 def cost() -> list[tuple[str, float, float]]:
-    """Tokens written per element (a thread an element, 2 threads) of y = a op b, float32 beside float64."""
+    """Tokens written per element (a thread an element, 2 threads) of y = a op b (and fma(a, b, a)), float32 beside
+    float64."""
     from qwengpu import Device
     rows = []
-    for j, name in enumerate(("add", "sub", "mul")):
+    forms = dict(zip(("add", "sub", "mul"), ((form, form) for form in INTRINSICS["rn"])))
+    forms["fma"] = ("fmaf({a}, {b}, {a})", "fma({a}, {b}, {a})")
+    for name, (single, double) in forms.items():
         written = []
-        for dtype, words in (("float", 1), ("double", 2)):
+        for dtype, words, form in (("float", 1, single), ("double", 2, double)):
             dev = Device()
             text = (f'extern "C" __global__ void op(const {dtype} *a, const {dtype} *b, {dtype} *out)\n'
-                    f'{{ int i = threadIdx.x; out[i] = {INTRINSICS["rn"][j].format(a="a[i]", b="b[i]")}; }}\n')
+                    f'{{ int i = threadIdx.x; out[i] = {form.format(a="a[i]", b="b[i]")}; }}\n')
             kernel = dev.load_kernel(text, "op")
             pa, pb, out = dev.alloc(2 * words), dev.alloc(2 * words), dev.alloc(2 * words)
             values = np.array([1.1, -2.7], np.float32 if dtype == "float" else np.float64)
@@ -193,6 +257,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--mode", choices=sorted(INTRINSICS), default="rn")
     parser.add_argument("--roots", action="store_true", help="a / b and sqrt(a) instead of add, sub, mul")
+    parser.add_argument("--fma", action="store_true", help="fma(a, b, c) in the four roundings instead")
     parser.add_argument("--cost", action="store_true", help="tokens written per element, float beside double")
     args = parser.parse_args(argv)
     if args.cost:
@@ -200,8 +265,9 @@ def main(argv=None) -> int:
         for name, single, double in cost():
             print(f"{name:4} {single:14.0f}  {double:14.0f}  {double / single:5.1f}x")
         return 0
-    report = check(args.ops, args.seed, args.mode, args.roots)
-    print(f"ops {report['ops']} ({args.mode}), mismatches {len(report['mismatches'])}, records {report['records']} "
+    report = check_fused(args.ops, args.seed) if args.fma else check(args.ops, args.seed, args.mode, args.roots)
+    what = "fma, every rounding" if args.fma else args.mode
+    print(f"ops {report['ops']} ({what}), mismatches {len(report['mismatches'])}, records {report['records']} "
           f"({report['seconds']:.0f} s)")
     for mismatch in report["mismatches"][:20]:
         print("MISMATCH", *mismatch)

@@ -103,7 +103,7 @@ step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to O
 }
 # the float sums held against the QwenGPUs bit for bit are a step of their own: the 2026-12-04 run lost its last six
 # to one shared time limit
-step tests 280 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py tests/test_halves.py tests/test_paths.py tests/test_math_library.py tests/test_doubles.py -rs -k "not float_sums and (cupy or on_a_gpu)"
+step tests 360 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py tests/test_halves.py tests/test_paths.py tests/test_math_library.py tests/test_doubles.py -rs -k "not float_sums and (cupy or on_a_gpu)"
 step float_sums 240 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "on_a_gpu_float_sums"
 export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30+, experimental, no NVLS)
 # every NCCL dtype and op; 1,024 elements: the CuPy transport took 70 s for 54 rows of 4,096 on 2026-12-04

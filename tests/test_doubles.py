@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from qccl_bench.double_check import BINARY32, CANONICAL_NAN, bits, draw, expected, quotient, root, rounded
+from qccl_bench.double_check import BINARY32, CANONICAL_NAN, bits, draw, expected, fused, quotient, root, rounded
 from qwengpu import Device, MachineError, toolchain
 
 pytestmark = pytest.mark.skipif(not toolchain.nvrtc_available(),
@@ -118,6 +118,46 @@ def test_add_sub_mul_in_the_directed_roundings(machine, a, b):
         cases = [(op, mode) for op in "+-*" for mode in ("rz", "rm", "rp")]
         want = [expected(float(x[i]), float(y[i]), op, mode) for op, mode in cases]
         assert got == want, (x[i], y[i], [hex(v) for v in got], [hex(v) for v in want])
+
+
+FUSED = r"""
+extern "C" __global__ void fused(const double *a, const double *b, const double *c, double *out)
+{
+    int i = threadIdx.x;
+    out[4 * i + 0] = fma(a[i], b[i], c[i]);
+    out[4 * i + 1] = __fma_rz(a[i], b[i], c[i]);
+    out[4 * i + 2] = __fma_rd(a[i], b[i], c[i]);
+    out[4 * i + 3] = __fma_ru(a[i], b[i], c[i]);
+}
+"""
+TINY = 5e-324
+
+
+@pytest.mark.parametrize("a, b, c", [
+    ((0.1, 1 + 2 ** -52), (10.0, 1 + 2 ** -52), (-1.0, -1 - 2 ** -51)),   # what a * b rounded first loses
+    ((1.7976931348623157e308, 3.0), (2.0, 1e-300), (-1.7976931348623157e308, 1e-310)),  # past the largest, then back
+    ((1e-300, 3.0), (1e-20, 5e-324), (-1e-320, 0.0)),                      # subnormal results
+    ((0.0, -0.0), (-1.0, 5.0), (0.0, -0.0)),                               # zeros' signs
+    ((1e300, -2.5), (1e-300, 1e-30), (TINY, 1e200)),                       # c far below / far above the product
+    ((np.inf, np.inf), (0.0, 2.0), (1.0, -np.inf)),                        # inf * 0, inf - inf: NaN
+    ((np.inf, 2.0), (-2.0, 3.0), (-np.inf, np.inf)),                       # an infinity the sum keeps
+    ((np.nan, 1.0), (1.0, np.nan), (1.0, 0.0)),
+])
+def test_fused_multiply_add_rounds_once(machine, a, b, c):
+    """fma.rn / rz / rm / rp .f64 (CUDA's fma, __fma_rz / _rd / _ru) against a * b + c exact, rounded once by
+    Python's fractions: 0.1 * 10 - 1 is 10 times 0.1's error (a multiply then an add gives 0), a cancellation to
+    2^-104 (the product's last bit), a product past the largest double brought back by c, subnormal results, zeros'
+    signs in every rounding, c far below the product (a sticky bit) and far above, and IEEE's NaNs and infinities.
+    bench/double_check.py --fma runs thousands."""
+    a, b, c = np.array(a), np.array(b), np.array(c)
+    got, = machine.launch(FUSED, "fused", [a, b, c], [16])
+    got = got.view(np.uint64).reshape(2, 4).tolist()
+    for i in range(2):
+        x, y, z = float(a[i]), float(b[i]), float(c[i])
+        want = [fused(x, y, z, mode) for mode in ("rn", "rz", "rm", "rp")]
+        assert got[i] == want, (x, y, z, [hex(v) for v in got[i]], [hex(v) for v in want])
+    if a[0] == 0.1:     # Python's float of the exact value (0.1's error times 10), where a * b + c gives 0
+        assert got[0][0] == bits(float(Fraction(0.1) * 10 - 1)) != bits(0.1 * 10.0 - 1.0)
 
 
 QUOTIENTS = r"""
@@ -370,7 +410,7 @@ def test_a_double_argument_that_is_no_number_is_refused():
 
 
 def test_on_a_gpu_double_bits_equal_the_machines(machine, cuda_gpu):
-    """The GPU's own double add, sub, mul and (float) of a double, NaN results included (whose bits IEEE leaves
+    """The GPU's own double add, sub, mul, fma and (float) of a double, NaN results included (whose bits IEEE leaves
     open: the machine writes 0x7fffffffffffffff, as NVIDIA's float unit writes 0x7fffffff), bit for bit against the
     machine, where a device is lent (bench/gpu_check.sh runs the tests). Compiled with --fmad=false, as the
     toolchain compiles: a * b + c is a multiply, then an add."""
@@ -379,13 +419,23 @@ def test_on_a_gpu_double_bits_equal_the_machines(machine, cuda_gpu):
     a, b = draw(rng, 16), draw(rng, 16)
     a[:4] = [np.inf, np.nan, 0.0, -np.inf]
     b[:4] = [-np.inf, 1.0, np.inf, -np.inf]
-    module = cupy.RawModule(code=ARITHMETIC + CONVERSIONS, options=("--fmad=false",))
+    module = cupy.RawModule(code=ARITHMETIC + CONVERSIONS + FUSED, options=("--fmad=false",))
     out = cupy.zeros(3 * len(a), cupy.float64)
     module.get_function("nearest")((1,), (len(a),), (cupy.asarray(a), cupy.asarray(b), out))
     gpu = cupy.asnumpy(out).view(np.uint64).reshape(-1, 3)
     for first in range(0, len(a), 2):
         got = _run(machine, "nearest", a[first:first + 2], b[first:first + 2], 3)
         assert got.tolist() == gpu[first:first + 2].tolist(), (a[first:first + 2], b[first:first + 2])
+    # fma in the four roundings, c = -(a * b) on half the lanes (a product's error, the NaNs of inf * 0)
+    c = draw(rng, 16)
+    with np.errstate(all="ignore"):
+        c[::2] = -(a[::2] * b[::2])
+    out = cupy.zeros(4 * len(a), cupy.float64)
+    module.get_function("fused")((1,), (len(a),), (cupy.asarray(a), cupy.asarray(b), cupy.asarray(c), out))
+    gpu = cupy.asnumpy(out).view(np.uint64).reshape(-1, 4)
+    for first in range(0, len(a), 2):
+        got, = machine.launch(FUSED, "fused", [a[first:first + 2], b[first:first + 2], c[first:first + 2]], [16])
+        assert got.view(np.uint64).reshape(2, 4).tolist() == gpu[first:first + 2].tolist(), first
 
 
 WORDS = r"""

@@ -3,8 +3,12 @@ multiplies, fmas, divisions and conversions, which the machine computes bit for 
 correctly rounded value (numpy's float64, rounded once) within the maximum ulp error CUDA documents for it (CUDA C
 Programming Guide, the mathematical functions' appendix), with the special values as C says; and where a GPU is lent,
 bit for bit against the GPU's own result (bench/gpu_check.sh). Those built on the GPU's approximate units (expf:
-ex2.approx) are refused naming the approximation."""
+ex2.approx) are refused naming the approximation. The double functions built of fmas (qwengpu.lowering.doubles)
+run too: checked against Python's decimal at 60 digits."""
 from __future__ import annotations
+
+import math
+from decimal import Decimal, localcontext
 
 import numpy as np
 import pytest
@@ -76,3 +80,64 @@ def test_on_a_gpu_a_math_function_equals_cudas_bit_for_bit(name, cuda_gpu):
     module = cupy.RawModule(code=source(call), options=("--std=c++17",))
     module.get_function("k")((1,), (len(values),), (y, cupy.asarray(values)))
     assert on_the_machine(call, values).view(np.int32).tolist() == cupy.asnumpy(y).view(np.int32).tolist()
+
+
+# double functions built of fmas, adds and multiplies (exp's range reduction, its polynomial, the scaling): name:
+# (CUDA's call, the value from Python's decimal at 400 digits, CUDA's documented maximum ulp error, arguments)
+LN2, LN10 = Decimal(2).ln, Decimal(10).ln
+DOUBLES = {
+    "exp": ("exp(x[i])", lambda d: d.exp(), 1, [0.5, -3.25, 709.7, -744.0, 1e-300, 20.7, -0.0, 1e-16]),
+    "exp2": ("exp2(x[i])", lambda d: (d * LN2()).exp(), 1, [0.5, -3.25, 1023.5, -1074.0, 1e-17, 52.3, 7.0, -1.1]),
+    "exp10": ("exp10(x[i])", lambda d: (d * LN10()).exp(), 1, [0.5, -3.25, 308.2, -323.5, 1e-17, 15.3, 2.0, -0.7]),
+}
+# CI runs exp; make verify the others too (each lowers in about 15 s on 2 cores)
+DOUBLE_NAMES = ["exp"] + [pytest.param(name, marks=pytest.mark.slow) for name in DOUBLES if name != "exp"]
+SPECIAL = [np.inf, -np.inf, np.nan, 710.0, -746.0, 0.0]
+
+
+def double_source(call: str) -> str:
+    return (f'extern "C" __global__ void k(double *y, const double *x)\n{{\n    int i = threadIdx.x;\n'
+            f'    y[i] = {call};\n}}\n')
+
+
+def doubles_on_the_machine(call: str, values: np.ndarray) -> np.ndarray:
+    """Two threads a launch (each keeps about 50 words of overlay state); the kernel is lowered once."""
+    dev = Device()
+    kernel = dev.load_kernel(double_source(call), "k")
+    y, x = dev.alloc(4), dev.alloc(4)
+    got = []
+    for first in range(0, len(values), 2):
+        dev.write(x, values[first:first + 2])
+        dev.launch(kernel, threads=2, args=[y, x])
+        got.append(dev.read(y, 4).view(np.float64))
+    return np.concatenate(got)
+
+
+@pytest.mark.parametrize("name", DOUBLE_NAMES)
+def test_a_double_function_is_within_cudas_documented_error(name):
+    """exp, exp2 and exp10 of doubles: CUDA's own sequence (fma.rn.f64 among adds and multiplies), within the 1 ulp
+    CUDA documents of the value Python's decimal computes; overflow to infinity, underflow to 0, NaN and the
+    infinities as C's exp (numpy's, exact there)."""
+    call, reference, bound, values = DOUBLES[name]
+    got = doubles_on_the_machine(call, np.array(values + SPECIAL))
+    with localcontext() as context:
+        context.prec = 400
+        for value, result in zip(values, got[:len(values)]):
+            exact = reference(Decimal(value))
+            error = abs(Decimal(float(result)) - exact) / Decimal(math.ulp(float(exact)))
+            assert error <= bound, (name, value, float(result), float(exact), float(error))
+    with np.errstate(over="ignore"):
+        want = {"exp": np.exp, "exp2": np.exp2, "exp10": lambda v: np.power(10.0, v)}[name](np.array(SPECIAL))
+    np.testing.assert_array_equal(got[len(values):], want)       # (NaN where numpy's is NaN)
+
+
+@pytest.mark.parametrize("name", DOUBLES)      # (where a GPU is lent: all three)
+def test_on_a_gpu_a_double_function_equals_cudas_bit_for_bit(name, cuda_gpu):
+    cupy = cuda_gpu
+    call = DOUBLES[name][0]
+    rng = np.random.default_rng(6)
+    values = np.concatenate([rng.uniform(-20, 20, 6), rng.uniform(-700, 700, 2)])
+    y = cupy.zeros(len(values), cupy.float64)
+    module = cupy.RawModule(code=double_source(call), options=("--std=c++17", "--fmad=false"))
+    module.get_function("k")((1,), (len(values),), (y, cupy.asarray(values)))
+    assert doubles_on_the_machine(call, values).view(np.uint64).tolist() == cupy.asnumpy(y).view(np.uint64).tolist()

@@ -29,7 +29,7 @@ extern "C" __global__ void tenth_of_big(float *y, const float *x, int n)
     int i = threadIdx.x;
     if (i < n) {
         if (x[i] > 100.0f)
-            y[i] = fma((double)x[i], 0.1, 1.0);
+            y[i] = log((double)x[i]);
         else
             y[i] = x[i] - 1.0f;
     }
@@ -94,8 +94,7 @@ def test_a_double_of_the_users_runs_until_a_thread_takes_it():
     dev.launch(kernel, threads=4, args=[y, x, 3])           # the fourth thread, whose value is big, does nothing
     assert dev.read(y, 3).astype(np.int32).view(np.float32).tolist() == [0.5, -3.0, 99.0]
     with pytest.raises(MachineError, match=r"thread \[3,0,0\] took a path to PTX line \d+ \(.*f64.*write float, and "
-                                           r"2\.0f.*\n  from kernel\.cu line 14: y\[i\] = fma\(\(double\)x\[i\], "
-                                           r"0\.1, 1\.0\);$"):
+                                           r"2\.0f.*\n  from kernel\.cu line 14: y\[i\] = log\(\(double\)x\[i\]\);$"):
         dev.launch(kernel, threads=4, args=[y, x, 4])
 
 
@@ -124,14 +123,14 @@ BIG:
 \tadd.s32 %r1, %r1, -1;
 \tsetp.ne.s32 %p2, %r1, 3;
 \t@%p2 bra BIG;
-\tfma.rn.f64 %fd1, %fd2, %fd2, %fd2;
+\trcp.approx.ftz.f64 %fd1, %fd2;
 \tret;"""
 
 SPIN = """\tld.param.u64 %rd1, [k_param_0];
 \tld.global.u32 %r1, [%rd1];
 \tsetp.gt.u32 %p1, %r1, 5;
 \t@%p1 bra SPIN;
-\tfma.rn.f64 %fd1, %fd2, %fd2, %fd2;
+\trcp.approx.ftz.f64 %fd1, %fd2;
 \tret;
 SPIN:
 \tbra.uni SPIN;"""
@@ -139,12 +138,13 @@ SPIN:
 
 def test_doomed_blocks_are_those_no_path_leaves_without_a_double():
     blocks = basic_blocks(kernel(LOOP_TO_DOUBLE))
-    # the loop and the block after it lead only to the cvt; the entry and the store do not
+    # the loop and the block after it lead only to the approximate reciprocal; the entry and the store do not
     assert paths.doomed(blocks) == {b.index for b in blocks if "BIG" in b.labels or any(
-        i.opcode.startswith("fma") for i in b.body)}
+        i.opcode.startswith("rcp") for i in b.body)}
     rewritten = paths.rewrite(kernel(LOOP_TO_DOUBLE))
     opcodes = [i.opcode for i in rewritten.body if hasattr(i, "opcode")]
-    assert opcodes[-2:] == [paths.REFUSE, "ret"] and "fma.rn.f64" not in opcodes and opcodes.count("add.s32") == 0
+    assert opcodes[-2:] == [paths.REFUSE, "ret"] and "rcp.approx.ftz.f64" not in opcodes
+    assert opcodes.count("add.s32") == 0
     # a loop that never ends is not doomed (the watchdog reports it); the entry doomed: the kernel is left as it is,
     # and the lowering refuses its double before anything runs
     spin = kernel(SPIN)
@@ -152,11 +152,11 @@ def test_doomed_blocks_are_those_no_path_leaves_without_a_double():
     dev = Device()
     word = dev.alloc(1)
     tokens = len(dev.tokens)
-    entry = kernel("\tfma.rn.f64 %fd1, %fd2, %fd2, %fd2;\n\tret;")
+    entry = kernel("\trcp.approx.ftz.f64 %fd1, %fd2;\n\tret;")
     with pytest.raises(MachineError, match=r"a double instruction; of double arithmetic the machine builds"):
         dev.launch(dev.load_kernel(
             ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(.param .u64 k_param_0)\n{\n"
-            "\t.reg .b32 %r<2>;\n\t.reg .f64 %fd<3>;\n\tfma.rn.f64 %fd1, %fd2, %fd2, %fd2;\n\tret;\n}\n", "k"),
+            "\t.reg .b32 %r<2>;\n\t.reg .f64 %fd<3>;\n\trcp.approx.ftz.f64 %fd1, %fd2;\n\tret;\n}\n", "k"),
             threads=4, args=[word])
     assert paths.rewrite(entry) is entry and len(dev.tokens) == tokens
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from qwengpu import toolchain
@@ -262,7 +263,7 @@ LOCATED = """extern "C" __global__ void scale(float *y, const float *x, int n)
 {
     int i = threadIdx.x;
     if (i < n)
-        y[i] = fma((double)x[i], 0.1, 1.0);
+        y[i] = log((double)x[i]);
 }
 
 extern "C" __global__ void total(unsigned long long *sum, int *x)
@@ -282,10 +283,11 @@ def test_a_refusal_names_the_cuda_line_it_comes_from(tmp_path):
     from qwengpu import Device, MachineError
     dev = Device()
     sum_, x = dev.alloc(2), dev.alloc(4)
+    dev.write(x, np.array([2.5, 0.5, 3.0, 7.0], np.float32))        # log's path for positive numbers
     tokens = len(dev.tokens)
-    with pytest.raises(MachineError, match=r"thread \[0,0,0\] took a path to PTX line \d+ \(fma\.rn\.f64 .*write "
-                                           r"float, and 2\.0f.*\n  from kernel\.cu line 5: y\[i\] = fma\(\(double\)x\[i\], "
-                                           r"0\.1, 1\.0\);$"
+    with pytest.raises(MachineError, match=r"thread \[0,0,0\] took a path to PTX line \d+ \(rcp\.approx\.ftz\.f64 "
+                                           r".*write float, and 2\.0f.*\n  from kernel\.cu line 5: y\[i\] = "
+                                           r"log\(\(double\)x\[i\]\);$"
                        ) as refused:
         dev.launch(dev.load_kernel(LOCATED, "scale"), threads=4, args=[sum_, x, 4])
     assert "f64" in compile_cuda(LOCATED).splitlines()[refused.value.line - 1] and len(dev.tokens) == tokens

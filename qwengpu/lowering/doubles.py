@@ -19,6 +19,9 @@ each double instruction it builds as 64-bit integer PTX (add, shifts, compares, 
   float unit writes 0x7fffffff for float32; tests/test_doubles.py checks the double one where a GPU is lent). An
   add aligns the smaller significand with a sticky bit, adds or subtracts, normalises by ``clz``, rounds; a
   multiply takes the 106-bit product of the significands from ``mul.lo`` and ``mul.hi``, normalised the same way;
+- ``fma`` (and ``mad``) in each rounding (CUDA's ``fma``, ``__fma_rn`` / ``_rz`` / ``_rd`` / ``_ru``, and what
+  CUDA's math library computes ``exp``, ``exp2``, ``sinh``, ... with): a * b + c rounded once, the 106-bit product
+  and c aligned in 128 bits (pairs of 64-bit values) with a sticky bit, added, normalised and rounded as a sum's;
 - ``div``, ``rcp`` and ``sqrt`` in each rounding (CUDA's ``a / b``, ``1.0 / x``, ``sqrt``, ``__ddiv_rz``,
   ``__dsqrt_ru``, ...): correctly rounded, x / 0 an infinity, 0 / 0 and sqrt of a negative number NaN,
   sqrt(-0) = -0: 63 quotient bits by restoring division and 56 root bits by the digit-by-digit root, a bit a trip
@@ -31,18 +34,23 @@ each double instruction it builds as 64-bit integer PTX (add, shifts, compares, 
   a unit added where the mode rounds away).
 
 So a double by accident (``y[i] = 0.1 * x[i]``: a float widened, a double multiply, the product rounded to a float)
-runs, bit for bit as a GPU computes it, and so do double arrays and arguments, ``printf("%f", d)`` and the textbook
-integration of pi. The rest of double arithmetic (fused multiply-adds, ``(double)`` of a 64-bit integer, double
-atomics, the math library: ``exp``, ``sin``, ...) is refused where a thread takes its path (qwengpu.lowering.paths),
-naming the instruction.
+runs, bit for bit as a GPU computes it, and so do double arrays and arguments, ``printf("%f", d)``, the textbook
+integration of pi, and the straight-line functions of CUDA's math library built of these (``exp``, ``exp2``,
+``exp10``: the GPU's own algorithm, each fma exact; those whose paths branch, ``sin``, ``expm1``, ..., take the
+lowering past its deadline: qwengpu.lowering.deadline). The rest of double arithmetic
+(``(double)`` of a 64-bit integer, double atomics, the approximate units some library functions start from:
+``log``, ``pow``, ``cosh``, ``tan`` take ``rcp.approx.ftz.f64``, ``hypot`` ``rsqrt.approx``) is refused where a
+thread takes its path (qwengpu.lowering.paths), naming the instruction.
 
 Cost (``python -m qccl_bench.double_check --cost``, tokens the model writes per element, a thread an element):
-an add 2,568 beside float32's 429 (6.0x), a multiply 3,600 beside 440 (8.2x); each 64-bit op is 2 to 20 of the
-machine's ops once the pairs stage has written it in words (a ``clz.b64`` about 50, a ``mul.hi.u64`` about 90).
+an add 2,568 beside float32's 429 (6.0x), a multiply 3,600 beside 440 (8.2x), an fma 7,290 beside 1,446 (5.0x);
+each 64-bit op is 2 to 20 of the machine's ops once the pairs stage has written it in words (a ``clz.b64`` about
+50, a ``mul.hi.u64`` about 90).
 A division or a square root is a loop of 63 or 56 trips whose body is longer than the ROM: each trip is a round of
 overlays, about 8,100 records (81,600 tokens) a division of a warp.
 Longer than the ROM, such programs run as overlays; a kernel of several double ops under a branch or in a loop
-(every op under a lane predicate) takes seconds to a minute to lower, once per argument shape.
+(every op under a lane predicate) takes seconds to a minute to lower, once per argument shape, as does a library
+function (``exp``: 15,700 machine ops before fusion, about 15 s, then 19,997 records a warp).
 
 Example::
 
@@ -78,6 +86,7 @@ MOVES = ("ld", "st", "mov", "selp")
 ORDERED = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
 UNORDERED = {"equ": "eq", "neu": "ne", "ltu": "lt", "leu": "le", "gtu": "gt", "geu": "ge"}
 TESTS = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"}
+ZERO_SCALE = -(1 << 20)   # a zero term's scale in a fused multiply-add: below every other (they reach -1100 or so)
 INTEGRAL = ("rzi", "rmi", "rpi", "rni")     # trunc, floor, ceil, rint of a double: cvt.r*i.f64.f64
 
 
@@ -104,7 +113,7 @@ def supported(inst: Instruction) -> bool:
     rounded = len(mods) == 2 and mods[0] in ROUNDINGS
     if base in ("add", "sub", "mul"):
         return mods == ("f64",) or rounded       # no rounding modifier: to nearest
-    if base in ("div", "rcp", "sqrt"):
+    if base in ("div", "rcp", "sqrt", "fma", "mad"):
         return rounded
     if base == "cvt":
         if mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32")):
@@ -216,6 +225,22 @@ class _Builder:
         down = self.d("or.b64", self.d("shr.u64", m, Imm(1)), self.d("and.b64", m, Imm(1)))
         up = self.d("shl.b64", m, shift)
         return self.pick(carried, down, up), self.w("sub.s32", exponent, shift)
+
+    def top_bits(self, high: Reg, low: Reg) -> tuple[Reg, Reg]:
+        """128 bits (nonzero where the result is used, bit 127 clear) shifted left by their leading zeros less
+        one, so their top bit is bit 126: the high 64 bits with a sticky bit for the low ones (a significand with
+        its top bit at 62, as ``round_and_pack`` takes it), and the shift (a word)."""
+        top_zeros = self.w("clz.b64", high)
+        empty = self.p("setp.eq.u64", high, Imm(0))
+        zeros = self.w("add.u32", top_zeros, self.pick(empty, self.w("clz.b64", low), Imm(0), "b32"))
+        shift = self.w("sub.u32", zeros, Imm(1))
+        # shift < 64: high << s | low >> (64 - s), low << s left; 64 or more: low << (s - 64), nothing left
+        wide = self.p("setp.ge.u32", shift, Imm(64))
+        joined = self.d("or.b64", self.d("shl.b64", high, shift),
+                        self.d("shr.u64", low, self.w("sub.u32", Imm(64), shift)))
+        top = self.pick(wide, self.d("shl.b64", low, self.w("sub.u32", shift, Imm(64))), joined)
+        rest = self.d("shl.b64", low, shift)                # 0 for a shift of 64 or more
+        return self.d("or.b64", top, self.pick(self.p("setp.ne.u64", rest, Imm(0)), Imm(1), Imm(0))), shift
 
     def round_and_pack(self, sign: Reg, exponent: Reg, m: Reg, mode: str) -> Reg:
         """The double nearest (in ``mode``) to m * 2^(exponent - 1023 - 62), m's top bit at 62, with its sign:
@@ -403,18 +428,7 @@ class _Builder:
         ea, eb = self.exponent(a), self.exponent(b)
         ma, mb = self.significand(a, ea), self.significand(b, eb)
         low, high = self.d("mul.lo.u64", ma, mb), self.d("mul.hi.u64", ma, mb)
-        # leading zeros of the 128 bits (the product is not 0 where it is used)
-        top_zeros = self.w("clz.b64", high)
-        empty = self.p("setp.eq.u64", high, Imm(0))
-        zeros = self.w("add.u32", top_zeros, self.pick(empty, self.w("clz.b64", low), Imm(0), "b32"))
-        shift = self.w("sub.u32", zeros, Imm(1))           # 21 .. 127
-        # shift < 64: high << s | low >> (64 - s), low << s left; 64 or more: low << (s - 64), nothing left
-        wide = self.p("setp.ge.u32", shift, Imm(64))
-        joined = self.d("or.b64", self.d("shl.b64", high, shift),
-                        self.d("shr.u64", low, self.w("sub.u32", Imm(64), shift)))
-        top = self.pick(wide, self.d("shl.b64", low, self.w("sub.u32", shift, Imm(64))), joined)
-        rest = self.d("shl.b64", low, shift)                # 0 for a shift of 64 or more
-        m = self.d("or.b64", top, self.pick(self.p("setp.ne.u64", rest, Imm(0)), Imm(1), Imm(0)))
+        m, shift = self.top_bits(high, low)                 # a shift of 21 .. 127
         exponent = self.w("sub.s32", self.w("add.s32", self.w("max.u32", ea, Imm(1)), self.w("max.u32", eb, Imm(1))),
                           self.w("add.u32", shift, Imm(1001)))
         result = self.round_and_pack(sign, exponent, m, mode)
@@ -428,6 +442,98 @@ class _Builder:
                      self.p("setp.gt.u64", mag_b, Imm(INFINITY)))
         nan = self.p("or.pred", nan, self.p("and.pred", infinite, zero))        # inf * 0
         return self.pick(nan, Imm(CANONICAL_NAN), result)
+
+    def _fma(self, inst, a, b, c):
+        """fma.r*.f64 (CUDA's ``fma``, ``__fma_rn`` / ``_rz`` / ``_rd`` / ``_ru``): a * b + c rounded once. The
+        106-bit product of the significands and c's significand are placed in 128 bits (pairs of a high and a low
+        64) at one scale, their top bits at bit 125 at most (the product's at 124 or 125, c's at 125, so a sum does
+        not reach bit 127); the one of the lower scale is shifted right by the difference with a sticky bit, negated
+        where the signs differ, and added; a negative total negated (the sign flipped), then normalised and rounded
+        as a sum's. Bits lost to the sticky bit can only be a product's shifted more than its 20 or c's more than
+        its 73 zero bits at the bottom: the other then lies 20 bits or more above, so the sticky bit stays far
+        below the rounding's bit, and the operand not shifted has a 0 at bit 0 (a sticky bit and a true tail round
+        alike). A zero product keeps a*b's sign; an exact zero total is +0 (-0 rounding down) unless both terms are
+        zeros of one sign. inf * 0, a NaN, and the product's infinity plus c's of the other sign give the
+        canonical NaN; the product's infinity otherwise, c's infinity beside a finite product c."""
+        mode = _rounding(inst)
+        mag_a, mag_b, mag_c = self.magnitude(a), self.magnitude(b), self.magnitude(c)
+        sign_p = self.p("setp.lt.s64", self.d("xor.b64", a, b), Imm(0))
+        sign_c = self.negative(c)
+        differ = self.p("xor.pred", sign_p, sign_c)
+        # the kind of result, a word, worked out first so that little stays live: 0 a number, 1 the product's
+        # infinity, 2 c itself, 3 NaN
+        zero_p = self.p("or.pred", self.p("setp.eq.u64", mag_a, Imm(0)), self.p("setp.eq.u64", mag_b, Imm(0)))
+        infinite_p = self.p("or.pred", self.p("setp.eq.u64", mag_a, Imm(INFINITY)),
+                            self.p("setp.eq.u64", mag_b, Imm(INFINITY)))
+        infinite_c = self.p("setp.eq.u64", mag_c, Imm(INFINITY))
+        nan = self.p("or.pred", self.p("setp.gt.u64", mag_a, Imm(INFINITY)),
+                     self.p("setp.gt.u64", mag_b, Imm(INFINITY)))
+        nan = self.p("or.pred", nan, self.p("setp.gt.u64", mag_c, Imm(INFINITY)))
+        nan = self.p("or.pred", nan, self.p("and.pred", infinite_p, zero_p))
+        nan = self.p("or.pred", nan, self.p("and.pred", self.p("and.pred", infinite_p, infinite_c), differ))
+        kind = self.pick(infinite_c, Imm(2), Imm(0), "b32")
+        kind = self.pick(infinite_p, Imm(1), kind, "b32")
+        kind = self.pick(nan, Imm(3), kind, "b32")
+        # the product, its top bit moved from bit 104 or 105 to 124 or 125: value (high, low) * 2^(scale - 1148)
+        (ma, ea), (mb, eb) = self._normalised(a), self._normalised(b)
+        low, high = self.d("mul.lo.u64", ma, mb), self.d("mul.hi.u64", ma, mb)
+        p_high = self.d("or.b64", self.d("shl.b64", high, Imm(20)), self.d("shr.u64", low, Imm(44)))
+        p_low = self.d("shl.b64", low, Imm(20))
+        # a zero's scale lies below any other's, so that the other term is never shifted for it
+        scale_p = self.pick(zero_p, Imm(ZERO_SCALE), self.w("sub.s32", self.w("add.s32", ea, eb), Imm(1022)), "b32")
+        # c, its top bit from bit 52 to 125 (all in the high 64): value (high, 0) * 2^(scale - 1148)
+        mc, ec = self._normalised(c)
+        c_high = self.d("shl.b64", mc, Imm(9))
+        scale_c = self.pick(self.p("setp.eq.u64", mag_c, Imm(0)), Imm(ZERO_SCALE), ec, "b32")
+        # x: the term of the higher scale (the product where they are equal); y: the other
+        swap = self.p("setp.lt.s32", scale_p, scale_c)
+        x_high, x_low = self.pick(swap, c_high, p_high), self.pick(swap, Imm(0), p_low)
+        y_high, y_low = self.pick(swap, p_high, c_high), self.pick(swap, p_low, Imm(0))
+        sign = self.p("xor.pred", sign_p, self.p("and.pred", swap, differ))
+        scale = self.w("max.s32", scale_p, scale_c)
+        distance = self.w("min.u32", self.w("sub.s32", scale, self.w("min.s32", scale_p, scale_c)), Imm(127))
+        # y >> distance in 128 bits, the bits shifted out a sticky bit (a shift of 64 or more in one word gives 0)
+        far = self.p("setp.ge.u32", distance, Imm(64))
+        back = self.w("sub.u32", Imm(64), distance)
+        near_low = self.d("or.b64", self.d("shr.u64", y_low, distance), self.d("shl.b64", y_high, back))
+        near_lost = self.d("shl.b64", y_low, back)
+        far_low = self.d("shr.u64", y_high, self.w("sub.u32", distance, Imm(64)))
+        far_lost = self.d("or.b64", y_low, self.d("shl.b64", y_high, self.w("sub.u32", Imm(128), distance)))
+        lost = self.pick(far, far_lost, near_lost)
+        y_high = self.pick(far, Imm(0), self.d("shr.u64", y_high, distance))
+        y_low = self.d("or.b64", self.pick(far, far_low, near_low),
+                       self.pick(self.p("setp.ne.u64", lost, Imm(0)), Imm(1), Imm(0)))
+        # signs that differ: y negated (two's complement of 128 bits), then added
+        negated_low = self.d("sub.u64", Imm(0), y_low)
+        negated_high = self.d("add.u64", self.d("not.b64", y_high),
+                              self.pick(self.p("setp.eq.u64", y_low, Imm(0)), Imm(1), Imm(0)))
+        y_low = self.pick(differ, negated_low, y_low)
+        y_high = self.pick(differ, negated_high, y_high)
+        total_low = self.d("add.u64", x_low, y_low)
+        carry = self.pick(self.p("setp.lt.u64", total_low, x_low), Imm(1), Imm(0))
+        total_high = self.d("add.u64", self.d("add.u64", x_high, y_high), carry)
+        # a negative total (bit 127 set: y was the larger): negated, the sign flipped
+        below = self.p("setp.lt.s64", total_high, Imm(0))
+        flipped_low = self.d("sub.u64", Imm(0), total_low)
+        flipped_high = self.d("add.u64", self.d("not.b64", total_high),
+                              self.pick(self.p("setp.eq.u64", total_low, Imm(0)), Imm(1), Imm(0)))
+        total_low = self.pick(below, flipped_low, total_low)
+        total_high = self.pick(below, flipped_high, total_high)
+        sign = self.p("xor.pred", sign, below)
+        zero = self.p("setp.eq.u64", self.d("or.b64", total_high, total_low), Imm(0))
+        m, shift = self.top_bits(total_high, total_low)
+        result = self.round_and_pack(sign, self.w("sub.s32", self.w("add.s32", scale, Imm(1)), shift), m, mode)
+        # an exact zero: +0 (-0 rounding down) unless both terms are zeros of one sign, which it keeps
+        zero_sign = self.p("and.pred", sign_p, self.emit("not.pred", self.temp("pred"), differ))
+        if mode == "rm":
+            zero_sign = self.p("or.pred", zero_sign, differ)
+        result = self.pick(zero, self.pick(zero_sign, Imm(SIGN), Imm(0)), result)
+        infinity = self.d("or.b64", self.pick(sign_p, Imm(SIGN), Imm(0)), Imm(INFINITY))
+        result = self.pick(self.p("setp.eq.u32", kind, Imm(1)), infinity, result)
+        result = self.pick(self.p("setp.eq.u32", kind, Imm(2)), c, result)
+        return self.pick(self.p("setp.eq.u32", kind, Imm(3)), Imm(CANONICAL_NAN), result)
+
+    _mad = _fma         # mad.rn.f64 is fma.rn.f64 (PTX: a fused multiply-add in either spelling)
 
     def _div(self, inst, a, b):
         return self._quotient(a, b, _rounding(inst))

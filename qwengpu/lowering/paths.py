@@ -17,9 +17,9 @@ them), and with them what only they used (a sine's reduction table and its local
 is exact, as the float stage builds it. The kernel's entry doomed (every thread meets a double): nothing is cut, and
 the floats stage refuses it as before.
 
-A double the machine does not build that the user wrote under a branch (``if (x[i] > 100.0f) y[i] = fma((double)
-x[i], 0.1, 1.0);``) is refused the same way, when a thread takes it: the error says to write ``0.1f`` and names the
-CUDA line, and memory is as before the launch.
+A double the machine does not build that the user wrote under a branch (``if (x[i] > 100.0f) y[i] =
+log((double)x[i]);``: CUDA's log takes the GPU's approximate reciprocal) is refused the same way, when a thread
+takes it: the error says to write float and names the CUDA line, and memory is as before the launch.
 
 Not refusal points: printf's promotion of a float to a double (``cvt.f64.f32``) and its store into the argument
 buffer, which the console stage turns into the float's own word.
@@ -28,7 +28,7 @@ Example::
 
     >>> from qwengpu.ptx import parse
     >>> body = ("setp.gt.u32 %p1, %r1, 5; @%p1 bra BIG; st.global.u32 [%rd1], %r1; ret;"
-    ...         " BIG: fma.rn.f64 %fd1, %fd1, %fd1, %fd1; ret;")
+    ...         " BIG: rcp.approx.ftz.f64 %fd1, %fd1; ret;")
     >>> k = parse(".version 8.0\\n.target sm_90\\n.address_size 64\\n.visible .entry k(.param .u64 p)\\n{\\n"
     ...           ".reg .pred %p<2>; .reg .b32 %r<2>; .reg .b64 %rd<2>; .reg .f64 %fd<2>;\\n"
     ...           + body.replace("; ", ";\\n") + "\\n}").kernels["k"]
