@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ptx import Imm, Instruction, Kernel, Reg
+from .rewriting import Rewriter
 
 __all__ = ["rewrite", "CARRYING"]
 
@@ -48,39 +49,17 @@ def rewrite(kernel: Kernel) -> Kernel:
     if not any(isinstance(i, Instruction) and _carries(i) for i in kernel.body):
         return kernel
     builder = _Builder(kernel)
-    for item in kernel.body:
-        if isinstance(item, Instruction) and _carries(item):
-            builder.rewrite(item)
-        else:
-            builder.body.append(item)
-    return dataclasses.replace(kernel, body=builder.body, registers={**kernel.registers, **builder.temporaries})
+    body = builder.run(kernel.body, _carries)
+    return dataclasses.replace(kernel, body=body, registers={**kernel.registers, **builder.temporaries})
 
 
-class _Builder:
+class _Builder(Rewriter):
     """Writes one carry-chain instruction at a time into ``body``, with fresh temporaries and one carry word."""
 
     def __init__(self, kernel: Kernel):
-        self.body: list = []
-        prefix = "%carry_"
-        while any(name.startswith(prefix) for name in kernel.registers):
-            prefix += "_"
-        self.prefix = prefix
-        self.carry = Reg(prefix + "cf")
-        self.temporaries: dict[str, str] = {prefix + "cf": "b32"}
-        self.count = 0
-        self.inst: Instruction | None = None
-
-    def temp(self, kind: str) -> Reg:
-        prefix = self.prefix + {"pred": "p", "b32": "r", "b64": "d"}[kind]
-        self.temporaries[prefix] = kind
-        self.count += 1
-        return Reg(f"{prefix}{self.count}")
-
-    def emit(self, opcode: str, dst: Reg, *operands, guarded: bool = False) -> Reg:
-        inst = self.inst
-        guard, negated = (inst.guard, inst.guard_negated) if guarded else (None, False)
-        self.body.append(Instruction(opcode, (dst,) + operands, guard, negated, inst.line, inst.text))
-        return dst
+        super().__init__(kernel, "%carry_")
+        self.carry = Reg(self.prefix + "cf")
+        self.temporaries[self.prefix + "cf"] = "b32"
 
     def rewrite(self, inst: Instruction) -> None:
         self.inst = inst

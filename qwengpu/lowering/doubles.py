@@ -66,6 +66,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ptx import Imm, Instruction, Kernel, Label, Reg
+from .rewriting import Rewriter
 
 __all__ = ["rewrite", "supported"]
 
@@ -136,11 +137,7 @@ def rewrite(kernel: Kernel) -> tuple[Kernel, frozenset]:
     if not any(isinstance(i, Instruction) and "f64" in i.modifiers for i in kernel.body):
         return kernel, frozenset()
     builder = _Builder(kernel)
-    for item in kernel.body:
-        if isinstance(item, Instruction) and supported(item):
-            builder.rewrite(item)
-        else:
-            builder.body.append(item)
+    builder.run(kernel.body, supported)
     registers = {name: ("b64" if typ == "f64" else typ) for name, typ in kernel.registers.items()}
     registers.update(builder.temporaries)
     # every register declared .f64 (also one only moved: ``mov.b64 {lo, hi}, %fd1``), and the temporaries
@@ -149,36 +146,20 @@ def rewrite(kernel: Kernel) -> tuple[Kernel, frozenset]:
     return dataclasses.replace(kernel, body=builder.body, registers=registers), frozenset(builder.doubles | declared)
 
 
-class _Builder:
+class _Builder(Rewriter):
     """Writes one double instruction at a time as integer instructions into ``body``, with fresh temporaries."""
 
     def __init__(self, kernel: Kernel):
-        self.kernel = kernel
-        self.body: list = []
-        self.temporaries: dict[str, str] = {}
+        super().__init__(kernel, "%dbl_")
         self.doubles: set[str] = set()
-        prefix = "%dbl_"
-        while any(name.startswith(prefix) for name in kernel.registers):
-            prefix += "_"
-        self.prefix = prefix
-        self.count = 0
-        self.inst: Instruction | None = None
 
     # -- building blocks -------------------------------------------------------------------------------------------
     def temp(self, kind: str) -> Reg:
         """A fresh register (a 64-bit one holds a double's bits or its parts: kept as a pair of words)."""
-        prefix = self.prefix + {"pred": "p", "b32": "r", "b64": "d"}[kind]
-        self.temporaries[prefix] = kind
-        self.count += 1
-        name = f"{prefix}{self.count}"
+        reg = super().temp(kind)
         if kind == "b64":
-            self.doubles.add(name)
-        return Reg(name)
-
-    def emit(self, opcode: str, dst: Reg, *operands) -> Reg:
-        inst = self.inst
-        self.body.append(Instruction(opcode, (dst,) + operands, None, False, inst.line, inst.text))
-        return dst
+            self.doubles.add(reg.name)
+        return reg
 
     def d(self, opcode: str, *operands) -> Reg:
         """A 64-bit result."""
