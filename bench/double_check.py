@@ -1,12 +1,14 @@
 """Doubles on the machine (qwengpu.lowering.doubles) against IEEE binary64: many random add / sub / mul (or
-division and square root) in each rounding, checked against the exact result rounded once (Python's fractions and
-integer roots), and what a double op costs beside a float one.
+division and square root, or fma) in each rounding, checked against the exact result rounded once (Python's
+fractions and integer roots), CUDA's exp family against Python's decimal, and what a double op costs beside a float
+one.
 
     python -m qccl_bench.double_check --ops 3000 --seed 1            # add, sub, mul to nearest
     python -m qccl_bench.double_check --ops 600 --seed 2 --mode rz    # rz, rm or rp: __dadd_rz, __dmul_rd, ...
     python -m qccl_bench.double_check --ops 100 --seed 3 --roots      # a / b and sqrt(a): __ddiv_rz, __dsqrt_ru ...
     python -m qccl_bench.double_check --ops 800 --seed 4 --fma        # fma(a, b, c) in all four roundings
     python -m qccl_bench.double_check --cost                          # tokens written: float vs double
+    python -m qccl_bench.double_check --library --ops 40              # exp, exp2, exp10: ulps, lowering time
 
 The operands are random bits of every kind (subnormals, huge values, NaNs, infinities), values near 1 over a range
 of exponents, IEEE's edge values, and cancellations (b = -a, b = a neighbour of a; for fma, c = -(a * b) or a
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -225,6 +228,40 @@ def check_fused(ops: int, seed: int) -> dict:
     return report
 
 
+LIBRARY = {"exp": lambda d: d.exp(), "exp2": lambda d: (d * Decimal(2).ln()).exp(),
+           "exp10": lambda d: (d * Decimal(10).ln()).exp()}
+
+
+def library(ops: int, seed: int) -> list[dict]:
+    """CUDA's exp, exp2 and exp10 of doubles on ``ops`` random arguments each (over the range where the result is
+    a normal double): the worst error in ulps against Python's decimal at 60 digits (CUDA documents 1 ulp), the
+    seconds the first launch takes (the lowering, then the run) and the records a launch of 2 threads."""
+    from qwengpu import Device
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, exact in LIBRARY.items():
+        dev = Device()
+        kernel = dev.load_kernel(f'#include <math.h>\nextern "C" __global__ void k(double *y, const double *x)\n'
+                                 f'{{ int i = threadIdx.x; y[i] = {name}(x[i]); }}\n', "k")
+        y, x = dev.alloc(4), dev.alloc(4)
+        top = {"exp": 700.0, "exp2": 1020.0, "exp10": 300.0}[name]
+        worst, first, records = 0.0, None, 0
+        for _ in range(0, ops, 2):
+            values = rng.uniform(-top, top, 2) * rng.choice([1.0, 1e-3, 1e-9], 2)
+            dev.write(x, values)
+            start, before = time.time(), dev.stats["records"]
+            dev.launch(kernel, threads=2, args=[y, x])
+            first = time.time() - start if first is None else first
+            records = dev.stats["records"] - before
+            with localcontext() as context:
+                context.prec = 60
+                for value, got in zip(values, dev.read(y, 4).view(np.float64)):
+                    want = exact(Decimal(float(value)))
+                    worst = max(worst, float(abs(Decimal(float(got)) - want) / Decimal(math.ulp(float(want)))))
+        rows.append({"function": name, "ops": ops, "worst_ulps": worst, "first_launch_s": first, "records": records})
+    return rows
+
+
 def cost() -> list[tuple[str, float, float]]:
     """Tokens written per element (a thread an element, 2 threads) of y = a op b (and fma(a, b, a)), float32 beside
     float64."""
@@ -259,7 +296,14 @@ def main(argv=None) -> int:
     parser.add_argument("--roots", action="store_true", help="a / b and sqrt(a) instead of add, sub, mul")
     parser.add_argument("--fma", action="store_true", help="fma(a, b, c) in the four roundings instead")
     parser.add_argument("--cost", action="store_true", help="tokens written per element, float beside double")
+    parser.add_argument("--library", action="store_true", help="exp, exp2, exp10: ulps and lowering time")
     args = parser.parse_args(argv)
+    if args.library:
+        print("function  ops  worst ulps  first launch (lowering + run)  records a launch of 2 threads")
+        for row in library(args.ops, args.seed):
+            print(f"{row['function']:8} {row['ops']:4}  {row['worst_ulps']:10.3f}  {row['first_launch_s']:28.1f} s"
+                  f"  {row['records']:6}")
+        return 0
     if args.cost:
         print("op   float32 tokens  float64 tokens  ratio   (per element, interpreter)")
         for name, single, double in cost():

@@ -368,9 +368,9 @@ def test_other_float_types_and_double_literals_are_refused():
     text = ptx("k", "\tmax.bf16 %rs1, %rs1, %rs1;").replace(".reg .pred", ".reg .b16 %rs<2>;\n\t.reg .pred")
     with pytest.raises(MachineError, match=r"of the float types \.f32 runs .* not \.bf16"):
         dev.launch(dev.load_kernel(text, "k"), threads=4, args=[0, 8, 4])
-    # a double literal parses as its bits in a double instruction; one the doubles stage does not build (a fused
-    # multiply-add) is refused when lowered
-    text = ptx("k", "\tfma.rn.f64 %fd1, %fd1, 0d3FF8000000000000, %fd1;").replace(
+    # a double literal parses as its bits in a double instruction; one the doubles stage does not build (the
+    # approximate reciprocal) is refused when lowered
+    text = ptx("k", "\trcp.approx.ftz.f64 %fd1, 0d3FF8000000000000;").replace(
         ".reg .pred", ".reg .f64 %fd<2>;\n\t.reg .pred")
     with pytest.raises(MachineError, match=r"a double instruction; of double arithmetic the machine builds .*write "
                                            r"float, and 2\.0f"):
