@@ -50,7 +50,8 @@ A division or a square root is a loop of 63 or 56 trips whose body is longer tha
 overlays, about 8,100 records (81,600 tokens) a division of a warp.
 Longer than the ROM, such programs run as overlays; a kernel of several double ops under a branch or in a loop
 (every op under a lane predicate) takes seconds to a minute to lower, once per argument shape, as does a library
-function (``exp``: 15,700 machine ops before fusion, about 15 s, then 19,997 records a warp).
+function (``exp``: 15,700 machine ops before fusion, about 13 s on 2 cores, then 19,997 records a warp of 2;
+``python -m qccl_bench.double_check --library``).
 
 Example::
 
