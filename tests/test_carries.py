@@ -117,3 +117,13 @@ def test_64_bit_chains_and_a_guarded_carry(device, alloc):
     low_words = [a & 0xFFFFFFFF for a in x], [b & 0xFFFFFFFF for b in y]
     want = [(i & 1) * ((low_words[0][i] + low_words[1][i]) >> 32) for i in range(2)]
     assert dev.read(pointers[3], 2).tolist() == want
+
+
+def test_a_carry_chain_without_an_integer_type_is_refused_naming_it():
+    from qwengpu import MachineError
+    from qwengpu.lowering import carries
+    from qwengpu.ptx import Instruction, Kernel, Reg
+    add = Instruction("add.cc.f32", (Reg("%f3"), Reg("%f1"), Reg("%f2")), None, False, 7, "add.cc.f32 %f3, %f1, %f2")
+    with pytest.raises(MachineError, match=r"PTX line 7: a carry-chain instruction takes one of the integer types "
+                                           r"\.u32, \.s32, \.u64, \.s64: add\.cc\.f32"):
+        carries.rewrite(Kernel("k", body=[add], registers={"%f": "f32"}))

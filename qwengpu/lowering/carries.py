@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..isa import MachineError
 from ..ptx import Imm, Instruction, Kernel, Reg
 from .rewriting import Rewriter
 
@@ -65,7 +66,8 @@ class _Builder(Rewriter):
         self.inst = inst
         types = [m for m in inst.modifiers if m in TYPES]
         if len(types) != 1:
-            raise ValueError(f"internal: a carry-chain instruction without one integer type: {inst.text}")
+            raise MachineError(f"PTX line {inst.line}: a carry-chain instruction takes one of the integer types "
+                               f"{', '.join('.' + t for t in TYPES)}: {inst.text}")
         bits = types[0][1:]
         word = f"b{bits}"
         unsigned = f"u{bits}"
