@@ -485,22 +485,14 @@ class _Builder(Rewriter):
         y_high = self.pick(far, Imm(0), self.d("shr.u64", y_high, distance))
         y_low = self.d("or.b64", self.pick(far, far_low, near_low),
                        self.pick(self.p("setp.ne.u64", lost, Imm(0)), Imm(1), Imm(0)))
-        # signs that differ: y negated (two's complement of 128 bits), then added
-        negated_low = self.d("sub.u64", Imm(0), y_low)
-        negated_high = self.d("add.u64", self.d("not.b64", y_high),
-                              self.pick(self.p("setp.eq.u64", y_low, Imm(0)), Imm(1), Imm(0)))
-        y_low = self.pick(differ, negated_low, y_low)
-        y_high = self.pick(differ, negated_high, y_high)
+        # signs that differ: y negated, then added
+        y_high, y_low = self.negated_where(differ, y_high, y_low)
         total_low = self.d("add.u64", x_low, y_low)
         carry = self.pick(self.p("setp.lt.u64", total_low, x_low), Imm(1), Imm(0))
         total_high = self.d("add.u64", self.d("add.u64", x_high, y_high), carry)
         # a negative total (bit 127 set: y was the larger): negated, the sign flipped
         below = self.p("setp.lt.s64", total_high, Imm(0))
-        flipped_low = self.d("sub.u64", Imm(0), total_low)
-        flipped_high = self.d("add.u64", self.d("not.b64", total_high),
-                              self.pick(self.p("setp.eq.u64", total_low, Imm(0)), Imm(1), Imm(0)))
-        total_low = self.pick(below, flipped_low, total_low)
-        total_high = self.pick(below, flipped_high, total_high)
+        total_high, total_low = self.negated_where(below, total_high, total_low)
         sign = self.p("xor.pred", sign, below)
         zero = self.p("setp.eq.u64", self.d("or.b64", total_high, total_low), Imm(0))
         m, shift = self.top_bits(total_high, total_low)
@@ -514,6 +506,13 @@ class _Builder(Rewriter):
         result = self.pick(self.p("setp.eq.u32", kind, Imm(1)), infinity, result)
         result = self.pick(self.p("setp.eq.u32", kind, Imm(2)), c, result)
         return self.pick(self.p("setp.eq.u32", kind, Imm(3)), Imm(CANONICAL_NAN), result)
+
+    def negated_where(self, condition: Reg, high, low) -> tuple[Reg, Reg]:
+        """128 bits (high, low) negated (two's complement) where ``condition`` holds, else as they are."""
+        negated_low = self.d("sub.u64", Imm(0), low)
+        negated_high = self.d("add.u64", self.d("not.b64", high),
+                              self.pick(self.p("setp.eq.u64", low, Imm(0)), Imm(1), Imm(0)))
+        return self.pick(condition, negated_high, high), self.pick(condition, negated_low, low)
 
     _mad = _fma         # mad.rn.f64 is fma.rn.f64 (PTX: a fused multiply-add in either spelling)
 
