@@ -1,14 +1,15 @@
 """Doubles on the machine (qwengpu.lowering.doubles) against IEEE binary64: many random add / sub / mul (or
 division and square root, or fma) in each rounding, checked against the exact result rounded once (Python's
-fractions and integer roots), CUDA's exp family against Python's decimal, and what a double op costs beside a float
-one.
+fractions and integer roots), CUDA's double math library (exp, sin, ...) against mpmath, and what a double op costs
+beside a float one.
 
     python -m qccl_bench.double_check --ops 3000 --seed 1            # add, sub, mul to nearest
     python -m qccl_bench.double_check --ops 600 --seed 2 --mode rz    # rz, rm or rp: __dadd_rz, __dmul_rd, ...
     python -m qccl_bench.double_check --ops 100 --seed 3 --roots      # a / b and sqrt(a): __ddiv_rz, __dsqrt_ru ...
     python -m qccl_bench.double_check --ops 800 --seed 4 --fma        # fma(a, b, c) in all four roundings
     python -m qccl_bench.double_check --cost                          # tokens written: float vs double
-    python -m qccl_bench.double_check --library --ops 40              # exp, exp2, exp10: ulps, lowering time
+    python -m qccl_bench.double_check --library --ops 40              # exp, sin, ...: ulps, lowering time
+    python -m qccl_bench.double_check --library --functions sin,cos   # some of them
 
 The operands are random bits of every kind (subnormals, huge values, NaNs, infinities), values near 1 over a range
 of exponents, IEEE's edge values, and cancellations (b = -a, b = a neighbour of a; for fma, c = -(a * b) or a
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from decimal import Decimal, localcontext
 from fractions import Fraction
 
 import numpy as np
@@ -228,37 +228,72 @@ def check_fused(ops: int, seed: int) -> dict:
     return report
 
 
-LIBRARY = {"exp": lambda d: d.exp(), "exp2": lambda d: (d * Decimal(2).ln()).exp(),
-           "exp10": lambda d: (d * Decimal(10).ln()).exp()}
+def _spread(rng: np.random.Generator, top: float, n: int) -> np.ndarray:
+    """Uniform in (-top, top), each scaled by 1, 1e-3 or 1e-9 (the small arguments take other paths)."""
+    return rng.uniform(-top, top, n) * rng.choice([1.0, 1e-3, 1e-9], n)
 
 
-def library(ops: int, seed: int) -> list[dict]:
-    """CUDA's exp, exp2 and exp10 of doubles on ``ops`` random arguments each (over the range where the result is
-    a normal double): the worst error in ulps against Python's decimal at 60 digits (CUDA documents 1 ulp), the
-    seconds the first launch takes (the lowering, then the run) and the records a launch of 2 threads."""
+def _magnitudes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Signed magnitudes 10^-6 .. 10^22 for three in four, 10^22 .. 10^300 for the rest: sin's and cos's reduction
+    of a huge argument (Payne and Hanek's, over 2/pi's bits) is a path of its own."""
+    exponents = np.where(rng.random(n) < 0.75, rng.uniform(-6, 22, n), rng.uniform(22, 300, n))
+    return rng.choice([-1.0, 1.0], n) * 10.0 ** exponents
+
+
+# name: (how arguments are drawn, threads a launch). Two threads for the exp family; one for
+# the functions whose paths branch, whose tables of constants and overlay state (about 46 words a thread) leave no
+# room for a second thread's state in the machine's 127 words.
+LIBRARY = {
+    "exp": (lambda rng, n: _spread(rng, 700.0, n), 2),
+    "exp2": (lambda rng, n: _spread(rng, 1020.0, n), 2),
+    "exp10": (lambda rng, n: _spread(rng, 300.0, n), 2),
+    "sin": (_magnitudes, 1),
+    "cos": (_magnitudes, 1),
+    "sinpi": (lambda rng, n: _spread(rng, 1000.0, n), 1),
+    "cospi": (lambda rng, n: _spread(rng, 1000.0, n), 1),
+    "expm1": (lambda rng, n: np.where(rng.random(n) < 0.5, _spread(rng, 1.0, n), rng.uniform(-50, 709, n)),
+              1),
+}
+
+
+def exactly(name: str, value: float):
+    """CUDA's function ``name`` of ``value`` by mpmath at 1,400 bits (enough to reduce 1e300 by pi exactly)."""
+    import mpmath          # (the test extra's reference; only --library needs it)
+    functions = {"exp2": lambda x: mpmath.power(2, x), "exp10": lambda x: mpmath.power(10, x)}
+    with mpmath.workprec(1400):
+        return functions.get(name, getattr(mpmath, name))(mpmath.mpf(value))
+
+
+def library(ops: int, seed: int, names=tuple(LIBRARY)) -> list[dict]:
+    """CUDA's double exp, exp2, exp10 and the functions whose paths branch (sin, cos, sinpi, cospi, expm1) on
+    ``ops`` random arguments each (where the result is a finite double): the worst error in ulps against mpmath
+    (CUDA documents 1 ulp for the exp family and expm1, 2 for the others), the seconds the first launch takes (the
+    lowering, then the run) and the records a launch."""
+    import mpmath
     from qwengpu import Device
     rng = np.random.default_rng(seed)
     rows = []
-    for name, exact in LIBRARY.items():
+    for name in names:
+        draw_arguments, threads = LIBRARY[name]
         dev = Device()
         kernel = dev.load_kernel(f'#include <math.h>\nextern "C" __global__ void k(double *y, const double *x)\n'
                                  f'{{ int i = threadIdx.x; y[i] = {name}(x[i]); }}\n', "k")
-        y, x = dev.alloc(4), dev.alloc(4)
-        top = {"exp": 700.0, "exp2": 1020.0, "exp10": 300.0}[name]
+        y, x = dev.alloc(2 * threads), dev.alloc(2 * threads)
         worst, first, records = 0.0, None, 0
-        for _ in range(0, ops, 2):
-            values = rng.uniform(-top, top, 2) * rng.choice([1.0, 1e-3, 1e-9], 2)
+        for _ in range(0, ops, threads):
+            values = draw_arguments(rng, threads)
             dev.write(x, values)
             start, before = time.time(), dev.stats["records"]
-            dev.launch(kernel, threads=2, args=[y, x])
+            dev.launch(kernel, threads=threads, args=[y, x])
             first = time.time() - start if first is None else first
             records = dev.stats["records"] - before
-            with localcontext() as context:
-                context.prec = 60
-                for value, got in zip(values, dev.read(y, 4).view(np.float64)):
-                    want = exact(Decimal(float(value)))
-                    worst = max(worst, float(abs(Decimal(float(got)) - want) / Decimal(math.ulp(float(want)))))
-        rows.append({"function": name, "ops": ops, "worst_ulps": worst, "first_launch_s": first, "records": records})
+            for value, got in zip(values, dev.read(y, 2 * threads).view(np.float64)):
+                want = exactly(name, float(value))
+                with mpmath.workprec(1400):
+                    error = abs(mpmath.mpf(float(got)) - want) / mpmath.mpf(math.ulp(float(want)))
+                worst = max(worst, float(error))
+        rows.append({"function": name, "ops": ops, "threads": threads, "worst_ulps": worst, "first_launch_s": first,
+                     "records": records})
     return rows
 
 
@@ -296,13 +331,20 @@ def main(argv=None) -> int:
     parser.add_argument("--roots", action="store_true", help="a / b and sqrt(a) instead of add, sub, mul")
     parser.add_argument("--fma", action="store_true", help="fma(a, b, c) in the four roundings instead")
     parser.add_argument("--cost", action="store_true", help="tokens written per element, float beside double")
-    parser.add_argument("--library", action="store_true", help="exp, exp2, exp10: ulps and lowering time")
+    parser.add_argument("--library", action="store_true",
+                        help="exp, exp2, exp10, sin, cos, sinpi, cospi, expm1: ulps and lowering time")
+    parser.add_argument("--functions", default=",".join(LIBRARY),
+                        help="with --library: which (comma-separated; default all)")
     args = parser.parse_args(argv)
     if args.library:
-        print("function  ops  worst ulps  first launch (lowering + run)  records a launch of 2 threads")
-        for row in library(args.ops, args.seed):
+        names = args.functions.split(",")
+        unknown = [name for name in names if name not in LIBRARY]
+        if unknown:
+            parser.error(f"--functions: {', '.join(unknown)} not among {', '.join(LIBRARY)}")
+        print("function  ops  worst ulps  first launch (lowering + run)  records a launch  threads")
+        for row in library(args.ops, args.seed, names):
             print(f"{row['function']:8} {row['ops']:4}  {row['worst_ulps']:10.3f}  {row['first_launch_s']:28.1f} s"
-                  f"  {row['records']:6}")
+                  f"  {row['records']:16}  {row['threads']:7}")
         return 0
     if args.cost:
         print("op   float32 tokens  float64 tokens  ratio   (per element, interpreter)")

@@ -13,7 +13,7 @@
 # bf16 model's exactness and speed (bench/model_gpu.py), and the merged model: a random base at Qwen3.5-2B's full
 # config merged and its kernel suite verified (merge), then its decode figures and the seed's table (merged_table,
 # reusing the merge a warm machine still holds in $MERGED). Every step has a time limit; its output lands in OUT.
-# STEPS (default "tests float_sums nccl_compare perf_cupy model_gpu model_fla merge merged_table") picks steps
+# STEPS (default "tests float_sums double_library nccl_compare perf_cupy model_gpu model_fla merge merged_table") picks steps
 # (none: only the installs); one call may run 600 s, so a lease runs them in groups (README, "On a GPU");
 # MODEL_GPU_ARGS adds arguments to the model_gpu and model_fla steps (e.g. --compile), MERGED_ARGS to merged_table's
 # (e.g. --compile --no-table). model_fla needs flash-linear-attention's wheels in .whl/fla/ (below).
@@ -88,7 +88,7 @@ PYEOF
 } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 status=0
-STEPS="${STEPS:-tests float_sums nccl_compare perf_cupy model_gpu model_fla merge merged_table}"
+STEPS="${STEPS:-tests float_sums double_library nccl_compare perf_cupy model_gpu model_fla merge merged_table}"
 MERGED="${MERGED:-/tmp/qccl-merged}"
 step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to OUT/NAME.txt, remember a failure
     local name=$1 limit=$2; shift 2
@@ -103,8 +103,10 @@ step() {        # step NAME SECONDS COMMAND...: run with a deadline, output to O
 }
 # the float sums held against the QwenGPUs bit for bit are a step of their own: the 2026-12-04 run lost its last six
 # to one shared time limit
-step tests 360 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py tests/test_halves.py tests/test_paths.py tests/test_math_library.py tests/test_doubles.py -rs -k "not float_sums and (cupy or on_a_gpu)"
+step tests 360 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py tests/test_halves.py tests/test_paths.py tests/test_math_library.py tests/test_doubles.py -rs -k "not float_sums and not branching and (cupy or on_a_gpu)"
 step float_sums 240 $PY -m pytest -q -p no:cacheprovider tests/test_cupy_transport.py -rs -k "on_a_gpu_float_sums"
+# double sin and expm1 bit for bit: each lowers in about 25 s on 2 cores, a step of its own to spare the tests' limit
+step double_library 180 $PY -m pytest -q -p no:cacheprovider tests/test_math_library.py -rs -k "on_a_gpu_a_branching"
 export NCCL_MULTI_RANK_GPU_ENABLE=1          # 2 ranks on one H200 (NCCL 2.30+, experimental, no NVLS)
 # every NCCL dtype and op; 1,024 elements: the CuPy transport took 70 s for 54 rows of 4,096 on 2026-12-04
 step nccl_compare 150 $PY -m qccl_bench.nccl_compare --ranks 2 --count 1024 --backends nccl,cupy \

@@ -11,8 +11,8 @@ from qwengpu.lowering.deadline import SETTING, LoweringTimeout
 needs_nvrtc = pytest.mark.skipif(not toolchain.nvrtc_available(),
                                  reason="NVRTC (libnvrtc.so.13 from nvidia-cuda-nvrtc==13.0.88) cannot be loaded")
 
-# CUDA's double sin: fmas and a carry chain the machine builds, if-converted around its reduction's loop, which
-# the lowering's passes take far more than minutes over
+# CUDA's double sin: fmas and a carry chain the machine builds, if-converted around its reduction's loop; its
+# lowering takes about 25 s on 2 cores, far past the 3 s the test allows
 SINE = ('#include <math.h>\nextern "C" __global__ void sines(double *y, const double *x)\n'
         '{\n    int i = threadIdx.x;\n    y[i] = sin(x[i]);\n}\n')
 ADD = 'extern "C" __global__ void add(int *y)\n{\n    y[threadIdx.x] += 1;\n}\n'
@@ -27,7 +27,7 @@ def test_a_lowering_past_its_deadline_stops_naming_it_and_runs_nothing(monkeypat
     dev.write(y, np.arange(4))
     kernel = dev.load_kernel(SINE, "sines")        # (its tables of constants written to the device)
     tokens = len(dev.tokens)
-    with pytest.raises(LoweringTimeout, match=rf"kernel sines: lowering stopped after 3 s, in .*double sin.*{SETTING} "
+    with pytest.raises(LoweringTimeout, match=rf"kernel sines: lowering stopped after 3 s, in .*lane predicates.*{SETTING} "
                                               r"sets the limit in seconds \(0: none\)"):
         dev.launch(kernel, threads=2, args=[y, x])
     assert len(dev.tokens) == tokens and dev.read(y, 4).tolist() == [0, 1, 2, 3]

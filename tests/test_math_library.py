@@ -4,12 +4,14 @@ correctly rounded value (numpy's float64, rounded once) within the maximum ulp e
 Programming Guide, the mathematical functions' appendix), with the special values as C says; and where a GPU is lent,
 bit for bit against the GPU's own result (bench/gpu_check.sh). Those built on the GPU's approximate units (expf:
 ex2.approx) are refused naming the approximation. The double functions built of fmas (qwengpu.lowering.doubles)
-run too: checked against Python's decimal at 60 digits."""
+run too: checked against Python's decimal at 400 digits (exp and its kin) and mpmath (sin, cos, sinpi, cospi,
+expm1, whose paths branch)."""
 from __future__ import annotations
 
 import math
 from decimal import Decimal, localcontext
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -129,6 +131,69 @@ def test_a_double_function_is_within_cudas_documented_error(name):
     with np.errstate(over="ignore"):
         want = {"exp": np.exp, "exp2": np.exp2, "exp10": lambda v: np.power(10.0, v)}[name](np.array(SPECIAL))
     np.testing.assert_array_equal(got[len(values):], want)       # (NaN where numpy's is NaN)
+
+
+# double functions whose paths branch (if-converted by the lowering: predicated writes over tens of thousands of
+# machine ops), name: (CUDA's call, mpmath's value, CUDA's documented maximum ulp error, arguments, special
+# arguments and what C gives for them). sin and cos reduce a huge argument exactly (Payne and Hanek: a loop of
+# 64-bit carry chains over a table of 2/pi's bits), so 1e22 and 1e300 take the path a GPU takes for them.
+BRANCHING = {
+    "sin": ("sin(x[i])", mpmath.sin, 2, [0.5, -3.0, 1e22, 1e300, -2.5e-5],
+            {-0.0: -0.0, np.inf: np.nan, np.nan: np.nan, 1e-310: 1e-310}),
+    "cos": ("cos(x[i])", mpmath.cos, 2, [0.5, -3.0, 1e6, 1e300, -2.5e-5, 6.283185307179586],
+            {-0.0: 1.0, -np.inf: np.nan, np.nan: np.nan}),
+    "sinpi": ("sinpi(x[i])", mpmath.sinpi, 2, [0.25, 1e6 + 0.3, 1e-300, -2.5e-5, 3.75],
+              {-0.0: -0.0, np.inf: np.nan, 0.5: 1.0}),
+    "cospi": ("cospi(x[i])", mpmath.cospi, 2, [0.25, 0.1, 2.6, -7.125, 1e-300],
+              {-0.0: 1.0, np.inf: np.nan, 0.5: 0.0}),
+    "expm1": ("expm1(x[i])", mpmath.expm1, 1, [0.5, -3.0, 1e-10, 700.0, 0.693, 1e-5],
+              {-0.0: -0.0, np.inf: np.inf, -np.inf: -1.0, 710.0: np.inf}),
+}
+# CI runs sin (it lowers in about 25 s on 2 cores); make verify the others too
+BRANCHING_NAMES = ["sin"] + [pytest.param(name, marks=pytest.mark.slow) for name in BRANCHING if name != "sin"]
+
+
+def one_thread_a_launch(call: str, values) -> np.ndarray:
+    """One thread a launch: sin's tables of constants and its overlay state (about 46 words a thread) leave no room
+    for a second thread's state in the machine's 127 words."""
+    dev = Device()
+    kernel = dev.load_kernel(double_source(call), "k")
+    y, x = dev.alloc(2), dev.alloc(2)
+    got = []
+    for value in values:
+        dev.write(x, np.array([value], np.float64))
+        dev.launch(kernel, threads=1, args=[y, x])
+        got.append(dev.read(y, 2).view(np.float64)[0])
+    return np.array(got)
+
+
+@pytest.mark.parametrize("name", BRANCHING_NAMES)
+def test_a_branching_double_function_is_within_cudas_documented_error(name):
+    """sin, cos, sinpi, cospi and expm1 of doubles: CUDA's own code, whose branches the lowering if-converts, within
+    the ulps CUDA documents of mpmath's value at 1,400 bits (enough to reduce 1e300 by pi exactly); zeros with their
+    signs, infinities, NaN and overflow as C says."""
+    call, reference, bound, values, special = BRANCHING[name]
+    got = one_thread_a_launch(call, values + list(special))
+    with mpmath.workprec(1400):
+        for value, result in zip(values, got):
+            exact = reference(mpmath.mpf(value))
+            error = abs(mpmath.mpf(float(result)) - exact) / mpmath.mpf(math.ulp(float(exact)))
+            assert error <= bound, (name, value, float(result), float(exact), float(error))
+    want = np.array(list(special.values()))
+    np.testing.assert_array_equal(got[len(values):], want)       # (NaN where C's is NaN)
+    assert np.signbit(got[len(values):]).tolist() == np.signbit(want).tolist()     # -0.0 is not +0.0
+
+
+@pytest.mark.parametrize("name", ["sin", "expm1"])     # (where a GPU is lent: gpu_check.sh's double_library step)
+def test_on_a_gpu_a_branching_double_function_equals_cudas_bit_for_bit(name, cuda_gpu):
+    cupy = cuda_gpu
+    call = BRANCHING[name][0]
+    rng = np.random.default_rng(7)
+    values = np.concatenate([rng.uniform(-20, 20, 3), [1e22, 1e300, -2.5e-5]])
+    y = cupy.zeros(len(values), cupy.float64)
+    module = cupy.RawModule(code=double_source(call), options=("--std=c++17", "--fmad=false"))
+    module.get_function("k")((1,), (len(values),), (y, cupy.asarray(values)))
+    assert one_thread_a_launch(call, values).view(np.uint64).tolist() == cupy.asnumpy(y).view(np.uint64).tolist()
 
 
 @pytest.mark.parametrize("name", DOUBLES)      # (where a GPU is lent: all three)
