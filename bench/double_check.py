@@ -261,7 +261,8 @@ def exactly(name: str, value: float):
     import mpmath          # (the test extra's reference; only --library needs it)
     functions = {"exp2": lambda x: mpmath.power(2, x), "exp10": lambda x: mpmath.power(10, x)}
     with mpmath.workprec(1400):
-        return functions.get(name, getattr(mpmath, name))(mpmath.mpf(value))
+        function = functions[name] if name in functions else getattr(mpmath, name)
+        return function(mpmath.mpf(value))
 
 
 def library(ops: int, seed: int, names=tuple(LIBRARY)) -> list[dict]:

@@ -314,6 +314,42 @@ def test_trunc_floor_ceil_rint_and_long_long_casts(machine, d):
          np.int32(np.uint32(saturated(float(np.ceil(x)), 0, 2 ** 32 - 1))).item()] for x in d.tolist()]
 
 
+LONGS = r"""
+extern "C" __global__ void longs(const long long *k, double *from_signed, double *from_unsigned)
+{
+    int i = threadIdx.x;
+    unsigned long long u = (unsigned long long)k[i];
+    from_signed[4 * i + 0] = (double)k[i];
+    from_signed[4 * i + 1] = __ll2double_rz(k[i]);
+    from_signed[4 * i + 2] = __ll2double_rd(k[i]);
+    from_signed[4 * i + 3] = __ll2double_ru(k[i]);
+    from_unsigned[4 * i + 0] = (double)u;
+    from_unsigned[4 * i + 1] = __ull2double_rz(u);
+    from_unsigned[4 * i + 2] = __ull2double_rd(u);
+    from_unsigned[4 * i + 3] = __ull2double_ru(u);
+}
+"""
+
+
+@pytest.mark.parametrize("k", [(0, -1), (2 ** 53 + 1, -(2 ** 53 + 3)), (2 ** 63 - 1, -2 ** 63),
+                               (-2 ** 62 - 1, 12345678901234567), (2 ** 54 + 2, -(2 ** 55 + 12)),
+                               (0x7FFFFFFFFFFFFDFF, -2 ** 63 + 1025), (-0x1234567890ABCDEF, 1)])
+def test_a_long_long_converted_to_a_double_rounds_once(machine, k):
+    """(double) of a long long and of an unsigned long long in each rounding (cvt.rn / rz / rm / rp .f64.s64 /
+    u64: __ll2double_rz, __ull2double_ru, ...) against the integer rounded by Python's fractions: ties to even
+    (2^53 + 1, 2^53 + 3), a tail past half (2^54 + 2 is a tie, 2^55 + 12 is not), a magnitude with bit 63 set
+    (-2^63; unsigned, every negative one: 2^64 - 1 rounds up to 2^64, and 2^63 + 1025 is past half only by its
+    last bit, which moving the top bit to bit 62 shifts out into a sticky bit), 0 as +0."""
+    k = np.array(k, np.int64)
+    from_signed, from_unsigned = machine.launch(LONGS, "longs", [k], [16, 16])
+    for i, v in enumerate(k.tolist()):
+        assert from_signed.view(np.uint64)[4 * i:4 * i + 4].tolist() == [
+            rounded(Fraction(v), mode) for mode in ("rn", "rz", "rm", "rp")], v
+        assert from_unsigned.view(np.uint64)[4 * i:4 * i + 4].tolist() == [
+            rounded(Fraction(v % 2 ** 64), mode) for mode in ("rn", "rz", "rm", "rp")], v % 2 ** 64
+    assert from_signed.view(np.float64)[::4].tolist() == k.astype(np.float64).tolist()      # numpy's (double)
+
+
 ORDER = r"""
 extern "C" __global__ void order(const double *a, const double *b, unsigned *tests, double *out)
 {

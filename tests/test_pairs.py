@@ -334,6 +334,25 @@ extern "C" __global__ void wide_sums(const int *a, const unsigned *b, unsigned *
     out[i] = s;
 }
 
+// a multi-word product's running carry: mad.wide with a 64-bit addend (CUDA's sinf reduces a huge argument so)
+extern "C" __global__ void multiword(const unsigned *digits, const unsigned *m, const int *sm, unsigned *out,
+                                     int *signed_out)
+{
+    int t = threadIdx.x;
+    unsigned long long carry = 0;
+    long long s = 0;
+    #pragma unroll 1
+    for (int k = 0; k < 4; ++k) {
+        // (as sinf's PTX writes it; NVRTC writes C's product and sum as mul.wide and add)
+        asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(carry) : "r"(digits[k]), "r"(m[t]), "l"(carry >> 32));
+        out[5 * t + k] = (unsigned)carry;
+        asm("mad.wide.s32 %0, %1, %2, %3;" : "=l"(s) : "r"((int)digits[k]), "r"(sm[t]), "l"(s >> 32));
+        signed_out[5 * t + k] = (int)s;
+    }
+    out[5 * t + 4] = (unsigned)(carry >> 32);
+    signed_out[5 * t + 4] = (int)(s >> 32);
+}
+
 extern "C" __global__ void leap_after(int *out, unsigned long long step, unsigned long long n)
 {
     unsigned long long i = threadIdx.x;
@@ -359,6 +378,34 @@ def test_computed_64_bit_values_the_lowering_refused_in_one_word_run_as_pairs(se
     signed_u = [v - 2**64 if v >> 63 else v for v in u]
     assert dev.read(hi, 8).view(np.uint32).tolist() == [v >> 40 for v in u] + [int(x < y) for x, y in zip(s, signed_u)]
     assert words(dev, out, 4, np.int64).tolist() == s
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_multi_word_product_s_running_carry(seed):
+    """c = digit * m + (c >> 32) over four words (mad.wide.u32 / .s32 with a 64-bit addend, in a loop): each low
+    word and the last carry against Python's integers, unsigned and signed (an arithmetic shift of the carry)."""
+    rng = np.random.default_rng(seed)
+    digits = rng.integers(0, 2**32, 4, dtype=np.uint64).astype(np.uint32)
+    digits[seed] = 0xFFFFFFFF                       # the largest digit: the carry's high word at its largest
+    m = np.array([0xFFFFFFFF, rng.integers(1, 2**32)], np.uint32)
+    sm = np.array([-2**31, rng.integers(-2**31, 2**31)], np.int32)
+    dev = Device()
+    pd, pm, psm, out, signed_out = dev.alloc(4), dev.alloc(2), dev.alloc(2), dev.alloc(10), dev.alloc(10)
+    for p, v in ((pd, digits), (pm, m), (psm, sm)):
+        dev.write(p, v)
+    dev.launch(dev.load_kernel(COMPUTED, "multiword"), threads=2, args=[pd, pm, psm, out, signed_out])
+    want, want_signed = [], []
+    for t in range(2):
+        carry = s = 0
+        for k in range(4):
+            carry = int(digits[k]) * int(m[t]) + (carry >> 32)
+            s = int(np.int32(digits[k].view(np.int32))) * int(sm[t]) + (s >> 32)     # Python's >> is arithmetic
+            want.append(carry & 0xFFFFFFFF)
+            want_signed.append(int(np.uint32(s & 0xFFFFFFFF).view(np.int32)))
+        want.append(carry >> 32)
+        want_signed.append(int(np.uint32((s >> 32) & 0xFFFFFFFF).view(np.int32)))
+    assert dev.read(out, 10).view(np.uint32).tolist() == want
+    assert dev.read(signed_out, 10).view(np.int32).tolist() == want_signed
 
 
 @pytest.mark.parametrize("step, n", [(2**31 + 5, 2**32 - 1), (3, 10), (2**32 - 1, 2**31)])

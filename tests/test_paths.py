@@ -1,7 +1,8 @@
-"""Paths the machine cannot run (a double instruction), refused where a thread takes one (qwengpu.lowering.paths):
-sinf runs for every argument but the rare ones CUDA's library reduces in double, against the correctly rounded sine
-and CUDA's documented 2 ulp; a refusal names the PTX and CUDA lines and puts back the launch; the doomed blocks
-are those from which no path ends without a double."""
+"""Paths the machine cannot run (a double instruction it does not build), refused where a thread takes one
+(qwengpu.lowering.paths): a double the user wrote under a branch runs until a thread takes it, and the refusal names
+the PTX and CUDA lines and puts back the launch; the doomed blocks are those from which no path ends without such a
+double. sinf, whose rare path (|x| >= 105615) reduces in 64-bit integers and a double, runs for every argument,
+against the correctly rounded sine and CUDA's documented 2 ulp."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,17 +73,13 @@ def test_sinf_runs_within_cudas_two_ulps_below_the_double_path(sines):
     assert np.isnan(got[2:]).all()
 
 
-def test_the_double_path_is_refused_when_taken_and_the_launch_put_back(sines):
-    dev, kernel, y, x = sines
-    dev.write(y, np.arange(4))
-    dev.write(x, np.array([1.0, 2e5, 3.0, -1e30], np.float32).view(np.int32))
-    tokens = len(dev.tokens)
-    with pytest.raises(MachineError, match=r"kernel sines: block \[0,0,0\], thread \[1,0,0\] took a path to PTX "
-                                           r"line \d+ \(cvt\.rn\.f64\.s64 .*sinf, cosf, sincosf of \|x\| >= 105615.*"
-                                           r"\n  from kernel\.cu line 5: y\[i\] = sinf\(x\[i\]\);$") as refused:
-        dev.launch(kernel, threads=4, args=[y, x])
-    assert len(dev.tokens) == tokens and dev.read(y, 4).tolist() == [0, 1, 2, 3]
-    assert "f64" in toolchain.compile_cuda(SINES).splitlines()[refused.value.line - 1]
+def test_sinf_of_a_huge_argument_runs_its_double_reduction(sines):
+    """From 105615 on, CUDA's sinf reduces its argument by 2/pi's bits in 64-bit integers (a multi-word product's
+    running carry: mad.wide with a 64-bit addend) and converts the result to a double (cvt.rn.f64.s64): that
+    path runs too, within the same 2 ulps."""
+    values = np.array([LIMIT, -2e5, 1e10, -12345678.0, 7e20, -1e30, 3.4e38, 3 * LIMIT], np.float32)
+    got = machine_sines(sines, values)
+    assert ulps(got, np.sin(values.astype(np.float64))).max() <= 2, (values, got)
 
 
 @needs_nvrtc
@@ -93,9 +90,14 @@ def test_a_double_of_the_users_runs_until_a_thread_takes_it():
     dev.write(x, np.array([1.5, -2.0, 100.0, 400.0], np.float32).view(np.int32))
     dev.launch(kernel, threads=4, args=[y, x, 3])           # the fourth thread, whose value is big, does nothing
     assert dev.read(y, 3).astype(np.int32).view(np.float32).tolist() == [0.5, -3.0, 99.0]
+    dev.write(y, np.arange(4))
+    tokens = len(dev.tokens)
     with pytest.raises(MachineError, match=r"thread \[3,0,0\] took a path to PTX line \d+ \(.*f64.*write float, and "
-                                           r"2\.0f.*\n  from kernel\.cu line 14: y\[i\] = log\(\(double\)x\[i\]\);$"):
+                                           r"2\.0f.*\n  from kernel\.cu line 14: y\[i\] = log\(\(double\)x\[i\]\);$") as refused:
         dev.launch(kernel, threads=4, args=[y, x, 4])
+    # the launch is put back: no token written, memory as before (the first three threads' results unwritten)
+    assert len(dev.tokens) == tokens and dev.read(y, 4).tolist() == [0, 1, 2, 3]
+    assert "f64" in toolchain.compile_cuda(SINES).splitlines()[refused.value.line - 1]
 
 
 @needs_nvrtc

@@ -3,7 +3,7 @@
 The stages, one module each, run in this order:
 
 0. ``paths.rewrite``             a path that cannot end without a double instruction the doubles stage does not
-                                 build (sinf's reduction of a huge argument) as a run-time refusal, where it becomes
+                                 build (a double log under a branch) as a run-time refusal, where it becomes
                                  certain (the entry's: left to the floats stage, which refuses it before the launch).
    ``console.rewrite``           each printf as stores of its call's number and arguments to the console word
                                  (the device prints what the machine stored), each assert and run-time refusal

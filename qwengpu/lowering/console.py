@@ -270,8 +270,7 @@ def _refusal_text(kernel: str, call: Instruction) -> str:
     """What a run-time refusal says: who took the path, the instruction it meets and why the machine has none."""
     return (f"kernel {kernel}: block [%d,%d,%d], thread [%d,%d,%d] took a path to PTX line {call.line} "
             f"({call.text.replace('%', '%%')}), which the machine does not run: a double instruction{DOUBLE_HINT}. "
-            "CUDA's math library takes such a path for rare arguments (sinf, cosf, sincosf of |x| >= 105615); the "
-            "kernel's other paths run (qwengpu.lowering.paths)\n")
+            "The kernel's other paths run (qwengpu.lowering.paths)\n")
 
 
 def _origin(body, defs, operand, where: str) -> tuple[str, int]:

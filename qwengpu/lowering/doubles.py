@@ -122,11 +122,8 @@ def supported(inst: Instruction) -> bool:
             return True
         if len(mods) != 3:
             return False
-        # not (double) of a 64-bit integer: CUDA's sinf reduces a huge argument so, after 64-bit integer arithmetic
-        # the pairs stage does not build (mad.wide with a 64-bit addend); refused there, the path is cut at its
-        # start (qwengpu.lowering.paths) and sinf runs for every other argument
         rounding, to, of = mods
-        return (rounding in ROUNDINGS and (to, of) == ("f32", "f64")) or (
+        return (rounding in ROUNDINGS and (to, of) in (("f32", "f64"), ("f64", "s64"), ("f64", "u64"))) or (
             rounding in INTEGRAL and of == "f64" and to in ("f64", "s32", "u32", "s64", "u64"))
     return False
 
@@ -642,6 +639,8 @@ class _Builder(Rewriter):
             return self._narrow(x, mods[0])
         if mods[1:] in (("f64", "s32"), ("f64", "u32")):
             return self._from_word(x, mods[2] == "s32")
+        if mods[1:] in (("f64", "s64"), ("f64", "u64")):
+            return self._from_long(x, mods[2] == "s64", mods[0])
         if mods[1:] == ("f64", "f64"):
             return self._integral(x, mods[0])
         if mods[0] != "rzi":        # __double2int_rn / _rd / _ru, lrint: the integral value, then toward zero
@@ -784,6 +783,19 @@ class _Builder(Rewriter):
             high = self.w("or.b32", high, self.pick(negative, Imm(0x80000000), Imm(0), "b32"))
         high = self.pick(self.p("setp.eq.u32", magnitude, Imm(0)), Imm(0), high, "b32")
         return self._joined(self.w("shl.b32", fraction, Imm(20)), high)
+
+    def _from_long(self, x, signed: bool, mode: str) -> Reg:
+        """cvt.rn / rz / rm / rp .f64.s64 / u64, (double) of a long long (``__ll2double_rz``, ...): the magnitude
+        (-2^63's is 2^63, unsigned) with its top bit moved to bit 62, a bit shifted out past it kept as a sticky bit
+        (``normalise``), rounded once to 53 bits at exponent 1023 + 62; 0 is +0."""
+        if signed:
+            sign = self.p("setp.lt.s64", x, Imm(0))
+            magnitude = self.pick(sign, self.d("sub.s64", Imm(0), x), x)
+        else:
+            sign, magnitude = self.p("setp.ne.u64", x, x), x        # never: an unsigned value has no sign
+        m, exponent = self.normalise(magnitude, Imm(1023 + 62))
+        packed = self.round_and_pack(sign, exponent, m, mode)
+        return self.pick(self.p("setp.eq.u64", x, Imm(0)), Imm(0), packed)
 
     def _to_word(self, x, signed: bool) -> Reg:
         """cvt.rzi.s32 / u32 .f64, C's (int)d: the significand shifted right by 52 - (exponent - 1023), toward

@@ -102,7 +102,7 @@ class _Pairs:
                  inst.base == "ld" or inst.base == "atom" and inst.operands[0].name in self.read)
                  and inst.operands[0].name not in self.addresses} | (self.seeds - self.addresses)
         return self._forward(pairs, lambda inst, dst: dst not in self.addresses and inst.base in PAIRED
-                             and self.wide(dst) and "wide" not in inst.modifiers)
+                             and self.wide(dst) and ("wide" not in inst.modifiers or inst.base == "mad"))
 
     def _forward(self, found: set, admits) -> set:
         """``found`` and every register an instruction ``admits(inst, dst)`` writes from one of them, to a fixed
@@ -236,6 +236,12 @@ class _Pairs:
                 source = self.op(f"cvt.{types(item)[1][0]}32.{types(item)[1]}", source)
             lo = self.op("mov.b32", source)
             hi = self.op("shr.s32", source, Imm(31)) if types(item)[1].startswith("s") else Imm(0)
+        elif base == "mad" and "wide" in item.modifiers:
+            # words' product plus a 64-bit addend: a multi-word product's running carry (CUDA's sinf and cosf
+            # reduce a huge argument so, ``c = a * b[k] + (c >> 32)``), whose high word the lowering cannot follow
+            kind = "s32" if signed(item) else "u32"
+            product = (self.op(f"mul.lo.{kind}", *ops[:2]), self.op(f"mul.hi.{kind}", *ops[:2]))
+            lo, hi = self._add(item, [product, self.halves(ops[2])], ops)
         elif base not in PAIRED or "wide" in item.modifiers:
             # computed by the lowering as a 64-bit value (a parameter, a constant, a product of words): its words
             result = self.temp(DOUBLE)

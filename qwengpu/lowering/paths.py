@@ -1,25 +1,22 @@
 """Paths the machine cannot run, refused when a thread takes one (the lowering's first stage).
 
-The machine runs part of double arithmetic (qwengpu.lowering.doubles: add, sub, mul, div, sqrt, compares, floor
-and its kin, the conversions to and from float and int); a *refused* instruction here is a double instruction it
-does not build (a fused multiply-add, a conversion of a 64-bit integer, the math library's). A kernel whose every path meets one is
-refused before its launch touches memory (by the floats stage, naming the instruction and saying to write
-``2.0f``). But CUDA's own math library compiles a rare branch in double: ``sinf``, ``cosf`` and ``sincosf`` reduce
-an argument of magnitude 105615 or more (Payne-Hanek) with 64-bit integers converted to a double, while every other
-argument takes a float path the machine runs exactly. Refusing those kernels would refuse sinf.
+The machine runs most of double arithmetic (qwengpu.lowering.doubles: add, sub, mul, fma, div, sqrt, compares,
+floor and its kin, the conversions to and from float and integers); a *refused* instruction here is a double
+instruction it does not build (the GPU's approximate reciprocal ``rcp.approx.ftz.f64`` that CUDA's double ``log``
+starts from, a double atomic). A kernel whose every path meets one is refused before its launch touches memory (by
+the floats stage, naming the instruction and saying to write ``2.0f``). But a kernel may hold one on a path that
+only some values take (a user's ``if (x[i] > 100.0f) y[i] = log((double)x[i]);``), and refusing the kernel would
+refuse what its other paths compute exactly. (CUDA's ``sinf`` was the first such kernel: it reduces an argument of
+magnitude 105615 or more in 64-bit integers converted to a double, which now run.)
 
 So a path that cannot finish without a double instruction is cut where it becomes certain: the first block from
 which every way to the kernel's end passes one (*doomed*; a block entered from a block that is not doomed) becomes a
 run-time refusal, as CUDA's device-side assert is built (qwengpu.lowering.console): the thread that gets there stores
 its block and thread indices to the console word, and the device stops the launch with a ``MachineError`` naming
 the PTX line and the instruction, and puts back everything the launch did. The blocks after it go (no path reaches
-them), and with them what only they used (a sine's reduction table and its local array). What the other paths compute
-is exact, as the float stage builds it. The kernel's entry doomed (every thread meets a double): nothing is cut, and
-the floats stage refuses it as before.
-
-A double the machine does not build that the user wrote under a branch (``if (x[i] > 100.0f) y[i] =
-log((double)x[i]);``: CUDA's log takes the GPU's approximate reciprocal) is refused the same way, when a thread
-takes it: the error says to write float and names the CUDA line, and memory is as before the launch.
+them), and with them what only they used (the log's tables). What the other paths compute is exact, as the
+float stage builds it. The kernel's entry doomed (every thread meets a double): nothing is cut, and the floats stage
+refuses it as before. The error says to write float and names the CUDA line, and memory is as before the launch.
 
 Not refusal points: printf's promotion of a float to a double (``cvt.f64.f32``) and its store into the argument
 buffer, which the console stage turns into the float's own word.
