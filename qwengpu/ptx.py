@@ -151,16 +151,16 @@ _UNSUPPORTED_DECL = {"shared", "local", "const", "global", "extern", "func", "pa
                      "samplerref", "weak", "common", "callprototype", "alias"}
 
 
-_SHARED = re.compile(r"\.(?:shared|local)\s+(?:\.align\s+(\d+)\s+)?\.([usb](?:8|16|32|64))\s+(" + _IDENT + r")\s*"
+_SHARED = re.compile(r"\.(?:shared|local)\s+(?:\.align\s+(\d+)\s+)?\.([usbf](?:8|16|32|64))\s+(" + _IDENT + r")\s*"
                      r"(?:\[\s*(\d*)\s*\])?")
 
 
 def _array_declaration(line: int, text: str) -> tuple[str, int]:
-    """``.shared .align 4 .b8 name[32]`` (or a scalar ``.shared .u32 name``; ``.local`` alike) -> (name, bytes)."""
+    """``.shared .align 4 .b8 name[32]`` (or a scalar ``.shared .u32 name``, ``.shared .f64 name``: a
+    ``__shared__ double``; ``.local`` alike) -> (name, bytes)."""
     m = _SHARED.fullmatch(text.strip())
     if not m:
-        raise _err(line, f"this {text.split()[0]} declaration is not supported (a sized array or a scalar of "
-                         "integers)", text)
+        raise _err(line, f"this {text.split()[0]} declaration is not supported (a sized array or a scalar)", text)
     if m.group(4) == "":
         raise _err(line, "a .shared array without a size (dynamic shared memory, extern __shared__) is not "
                          "supported: declare it with its size", text)

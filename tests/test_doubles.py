@@ -350,6 +350,46 @@ def test_a_long_long_converted_to_a_double_rounds_once(machine, k):
     assert from_signed.view(np.float64)[::4].tolist() == k.astype(np.float64).tolist()      # numpy's (double)
 
 
+ATOMICS = r"""
+extern "C" __global__ void sums(double *total, const double *x, double *old, double *shared_total)
+{
+    __shared__ double s;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (threadIdx.x == 0) s = -0.0;
+    __syncthreads();
+    old[i] = atomicAdd(total, x[i]);
+    if (x[i] != 1.0) atomicAdd(&s, x[i]);          // a guarded atomic; and one in shared memory
+    __syncthreads();
+    if (threadIdx.x == 0) shared_total[blockIdx.x] = s;
+}
+"""
+
+
+@pytest.mark.parametrize("x", [(1e16, 1.5, -1e16, 1.0), (5e-324, 5e-324, np.inf, -np.inf)])
+def test_atomic_add_of_doubles_lands_in_lane_order(x):
+    """atomicAdd on a double (atom.global / .shared .add.f64) as a compare-and-swap loop: each lane's add lands in
+    lane order, blocks one after another, so the total and each lane's old value equal numpy's float64 sums in that
+    order (0.5 + 1e16 + 1.5 - 1e16 + 1.0 is 3.0: 1e16 + 1.5 rounds to nearest, up; another order or rounding
+    gives 2.5 or 1.0), the guarded one skipping 1.0; subnormals are not flushed (the shared sum of two is 1e-323);
+    inf - inf is the canonical NaN."""
+    x = np.array(x)
+    dev = Device()
+    total, px, old, shared_total = dev.alloc(2), dev.alloc(8), dev.alloc(8), dev.alloc(4)
+    dev.write(total, np.array([0.5]))
+    dev.write(px, x)
+    dev.launch(dev.load_kernel(ATOMICS, "sums"), threads=2, blocks=2, args=[total, px, old, shared_total])
+    running, olds = np.float64(0.5), []
+    with np.errstate(invalid="ignore"):
+        for v in x:
+            olds.append(running)
+            running = running + v
+        blocks = [np.float64(-0.0) + sum(v for v in x[2 * b:2 * b + 2] if v != 1.0) for b in range(2)]
+    expect = [CANONICAL_NAN if np.isnan(v) else bits(float(v)) for v in [running, *olds, *blocks]]
+    assert dev.read(total, 2).view(np.uint64).tolist() == expect[:1]
+    assert dev.read(old, 8).view(np.uint64).tolist() == expect[1:5]
+    assert dev.read(shared_total, 4).view(np.uint64).tolist() == expect[5:]
+
+
 ORDER = r"""
 extern "C" __global__ void order(const double *a, const double *b, unsigned *tests, double *out)
 {

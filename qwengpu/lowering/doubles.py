@@ -117,6 +117,8 @@ def supported(inst: Instruction) -> bool:
         return mods == ("f64",) or rounded       # no rounding modifier: to nearest
     if base in ("div", "rcp", "sqrt", "fma", "mad"):
         return rounded
+    if base in ("atom", "red"):
+        return _atomic_add(inst) is not None
     if base == "cvt":
         if mods in (("f64", "f32"), ("rn", "f64", "s32"), ("rn", "f64", "u32")):
             return True
@@ -126,6 +128,21 @@ def supported(inst: Instruction) -> bool:
         return (rounding in ROUNDINGS and (to, of) in (("f32", "f64"), ("f64", "s64"), ("f64", "u64"))) or (
             rounding in INTEGRAL and of == "f64" and to in ("f64", "s32", "u32", "s64", "u64"))
     return False
+
+
+ATOMIC_SPACES = ("global", "shared")
+ATOMIC_QUALIFIERS = ("relaxed", "acquire", "release", "acq_rel", "cta", "cluster", "gpu", "sys")
+
+
+def _atomic_add(inst: Instruction) -> tuple[str, list[str]] | None:
+    """An ``atom`` / ``red`` ``.add.f64`` on ``.global`` or ``.shared`` memory (CUDA's atomicAdd on a double): its
+    space and qualifiers; None for any other atomic operation on doubles (refused where a thread meets it)."""
+    mods = [m for m in inst.modifiers if m != "f64"]
+    spaces = [m for m in mods if m in ATOMIC_SPACES]
+    qualifiers = [m for m in mods if m != "add"]
+    if "add" not in mods or len(spaces) != 1 or any(m not in ATOMIC_SPACES + ATOMIC_QUALIFIERS for m in qualifiers):
+        return None
+    return spaces[0], qualifiers
 
 
 def rewrite(kernel: Kernel) -> tuple[Kernel, frozenset]:
@@ -273,6 +290,9 @@ class _Builder(Rewriter):
         if inst.base in MOVES:
             self._move(inst)
             return
+        if inst.base in ("atom", "red"):
+            self._atomic_add(inst)
+            return
         dst = inst.operands[0]
         written = [m for m in inst.modifiers if m not in ROUNDINGS + INTEGRAL][0]      # the result's type
         kind = "pred" if inst.base in ("setp", "testp") else ("b64" if written == "f64" else "b32")
@@ -285,6 +305,42 @@ class _Builder(Rewriter):
         """ld / st / mov / selp .f64 are those of .b64: a double is 64 bits."""
         opcode = ".".join([inst.base] + ["b64" if m == "f64" else m for m in inst.modifiers])
         self.body.append(dataclasses.replace(inst, opcode=opcode))
+
+    def _atomic_add(self, inst: Instruction) -> None:
+        """``atom`` / ``red`` ``.add.f64`` (CUDA's atomicAdd on a double) as the compare-and-swap loop of the floats'
+        atomicAdd (qwengpu.lowering.floats), in 64 bits::
+
+                old = ld.b64 [a]
+            loop:
+                new = old + x                           (the double add, to nearest)
+                prev = atom.cas.b64 [a], old, new       (the pairs stage's: the lanes take turns in lane order)
+                again = prev != old;  old = prev
+                @again bra loop
+                d = old                                 (atom: the value before this lane's add)
+
+        so the adds land in lane order, each on the value its lane last read. A double add flushes nothing
+        (NVIDIA's double unit keeps subnormals), and any NaN sum is the canonical NaN, as ``add.f64``'s. A guarded
+        atom / red is the loop under a branch around it."""
+        space, qualifiers = _atomic_add(inst)
+        dst, mem, x = inst.operands if inst.base == "atom" else (None, *inst.operands)
+        skip = None
+        if inst.guard is not None:
+            self.count += 1
+            skip = Label(f"$__double_atomic_skip{self.count}")
+            self.body.append(Instruction("bra", (skip,), inst.guard, not inst.guard_negated, inst.line, inst.text))
+        old = self.emit(f"ld.{space}.b64", self.temp("b64"), mem)
+        self.count += 1
+        head = Label(f"$__double_atomic{self.count}")
+        self.body.append(head)
+        new = self._sum(old, x, "rn")
+        prev = self.emit(".".join(["atom", *qualifiers, "cas", "b64"]), self.temp("b64"), mem, old, new)
+        again = self.p("setp.ne.u64", prev, old)
+        self.emit("mov.b64", old, prev)
+        self.body.append(Instruction("bra", (head,), again, False, inst.line, inst.text))
+        if dst is not None:
+            self.emit("mov.b64", dst, old)
+        if skip is not None:
+            self.body.append(skip)
 
     def _neg(self, inst, x):
         return self.d("xor.b64", x, Imm(SIGN))

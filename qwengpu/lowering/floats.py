@@ -97,7 +97,7 @@ CANONICAL_NAN = 0x7FFFFFFF      # what NVIDIA's float unit writes for a NaN resu
 LARGEST = 0x7F7FFFFF            # the largest finite magnitude
 # What to write instead of a double, which the first float kernels hold by accident: C reads 2.0 as a double.
 DOUBLE_HINT = ("; of double arithmetic the machine builds add, sub, mul, fma, div, sqrt, compares, min / max, "
-               "trunc / floor / ceil / rint and the conversions to and from float and int (64-bit too), in integer ops on pairs of words (qwengpu/lowering/doubles.py), not this one: write float, and 2.0f "
+               "trunc / floor / ceil / rint, the conversions to and from float and int (64-bit too) and atomicAdd, in integer ops on pairs of words (qwengpu/lowering/doubles.py), not this one: write float, and 2.0f "
                "for a literal (C reads 2.0 or 1e-3 as a double and computes the expression in double)")
 # float32 <-> float16 / bfloat16 (cuda_fp16.h's __half2float / __float2half, cuda_bf16.h's): a half is 16 bits of a
 # b16 register; its arithmetic is float32's, rounded back (exact: float32 holds twice a half's digits and more).
