@@ -28,19 +28,23 @@ each double instruction it builds as 64-bit integer PTX (add, shifts, compares, 
   of a uniform loop, the remainder a sticky bit;
 - conversions: ``cvt.f64.f32`` (exact, a float32 subnormal normalised), ``cvt.rn / rz / rm / rp .f32.f64`` (a
   float's 24 bits rounded once, float32 subnormals and overflow as IEEE), ``cvt.rn.f64.s32 / u32`` (exact),
+  ``cvt.rn / rz / rm / rp .f64.s64 / u64`` (``(double)`` of a ``long long``, ``__ll2double_rz``, ...: the magnitude
+  normalised to bit 62 with a sticky bit, rounded once),
   ``cvt.rzi.s32 / u32 / s64 / u64 .f64`` (C's ``(int)d``, ``(long long)d``: toward zero, saturated, a NaN 0; and
   ``.rni`` / ``.rmi`` / ``.rpi``: ``__double2int_rn`` / ``_rd`` / ``_ru``, ``lrint``: the integral value first), and
   ``cvt.rzi / rmi / rpi / rni .f64.f64`` (``trunc``, ``floor``, ``ceil``, ``rint``: the fraction's bits cleared,
-  a unit added where the mode rounds away).
+  a unit added where the mode rounds away);
+- ``atom`` / ``red`` ``.global`` / ``.shared`` ``.add.f64`` (CUDA's ``atomicAdd`` on a double): a compare-and-swap
+  loop of 64-bit words around the double add, the adds landing in lane order (as the floats' atomicAdd).
 
 So a double by accident (``y[i] = 0.1 * x[i]``: a float widened, a double multiply, the product rounded to a float)
 runs, bit for bit as a GPU computes it, and so do double arrays and arguments, ``printf("%f", d)``, the textbook
-integration of pi, and the straight-line functions of CUDA's math library built of these (``exp``, ``exp2``,
-``exp10``: the GPU's own algorithm, each fma exact; those whose paths branch, ``sin``, ``expm1``, ..., take the
-lowering past its deadline: qwengpu.lowering.deadline). The rest of double arithmetic
-(``(double)`` of a 64-bit integer, double atomics, the approximate units some library functions start from:
-``log``, ``pow``, ``cosh``, ``tan`` take ``rcp.approx.ftz.f64``, ``hypot`` ``rsqrt.approx``) is refused where a
-thread takes its path (qwengpu.lowering.paths), naming the instruction.
+integration of pi, and the functions of CUDA's math library built of these: the GPU's own algorithm, each fma
+exact (``exp``, ``exp2``, ``exp10``; and those whose paths branch, ``sin``, ``cos``, ``sinpi``, ``cospi``,
+``expm1``, ``sinh``: sin's reduction of a huge argument is a loop of carry chains, qwengpu.lowering.carries). The
+rest of double arithmetic (the approximate units some library functions start from: ``log``, ``pow``, ``cosh``,
+``tanh`` take ``rcp.approx.ftz.f64``, and ``tan`` and ``atan`` do for some arguments; ``asin``, ``hypot``
+``rsqrt.approx``) is refused where a thread takes its path (qwengpu.lowering.paths), naming the instruction.
 
 Cost (``python -m qccl_bench.double_check --cost``, tokens the model writes per element, a thread an element):
 an add 2,568 beside float32's 429 (6.0x), a multiply 3,600 beside 440 (8.2x), an fma 7,290 beside 1,446 (5.0x);
