@@ -60,7 +60,8 @@ programs' atomics phase (add, and, or, xor, exch, cas, min and max unsigned and 
 (qwengpu.lowering.doubles): x's words read two at a time as doubles (any bits), ``(double)`` of ints, unsigneds and
 floats, edge literals, and at most three of + - * / ``sqrt``, ``dmin`` / ``dmax`` (PTX's min / max.f64),
 ``floor``, ``-``, ``fabs``, read back as its bits (a NaN made the canonical one on both sides), ``(float)`` of it, a
-compare, or ``(int)`` of it clamped; gcc's doubles are IEEE binary64 (x86-64 SSE2). All eleven are off by default,
+compare, or ``(int)`` of it clamped; with ``--pairs`` also ``(double)`` of 64-bit values (cvt.rn.f64.s64 / u64);
+gcc's doubles are IEEE binary64 (x86-64 SSE2). All eleven are off by default,
 so a seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
@@ -464,9 +465,16 @@ class Generator:
         """A double expression: leaves of every kind, at most ``double_left`` arithmetic ops (each is hundreds of
         machine ops); every result that may be a NaN made the canonical NaN (canon64)."""
         if depth > 2 or self.double_left <= 0 or self.rng.random() < 0.3:
-            return self.pick([f"((const double *)x)[{self.expr(2)} & 3u]", f"(double)(int){self.expr(2)}",
-                              f"(double){self.expr(2)}", f"(double)__uint_as_float({self.expr(2)})",
-                              self.pick(self.DOUBLE_LITERALS)])
+            leaves = [f"((const double *)x)[{self.expr(2)} & 3u]", f"(double)(int){self.expr(2)}",
+                      f"(double){self.expr(2)}", f"(double)__uint_as_float({self.expr(2)})",
+                      self.pick(self.DOUBLE_LITERALS)]
+            if self.pairs:      # (with --pairs only, so that --doubles alone draws the programs it drew before)
+                leaves += [f"(double)(long long)(((unsigned long long){self.expr(2)} << 32) | {self.expr(2)})",
+                           f"(double)(((unsigned long long){self.expr(2)} << {self.pick([11, 40])}) + {self.expr(2)})"]
+            leaf = self.pick(leaves)
+            if "long long" in leaf:
+                self.features.add("dlong")
+            return leaf
         self.double_left -= 1
         a, b = self.double_expr(depth + 1), self.double_expr(depth + 1)
         op = self.pick(["+", "-", "*", "/", "sqrt", "dmin", "dmax", "floor", "-", "fabs"])

@@ -231,7 +231,9 @@ def prune(mops: list[MOp]) -> list[MOp]:
 
     The liveness counts only the reads of ops that stay (an op whose value is read by nothing that stays is as dead
     as one read by nothing), found in one fixed point rather than by dropping the dead ops and starting again: a
-    chain of n dead ops took n rounds of liveness over the whole program (230 for a double sin, most of a minute)."""
+    chain of n dead ops took n rounds of liveness over the whole program (230 for a double sin, most of a minute).
+    Starting from nothing live, it also drops a value a loop carries that only its own updates read (a 64-bit
+    division kernel's: 832 blocks became 782)."""
     succ = successors(mops)
     bit: dict[str, int] = {}
 
@@ -278,7 +280,7 @@ def _without(mops: list[MOp], dead: set[int]) -> list[MOp]:
     place.append(len(kept))
     for mop in kept:
         if mop.target_index is not None:
-            mop.target_index = place[min(mop.target_index, len(mops))] + max(0, mop.target_index - len(mops))
+            mop.target_index = place[mop.target_index]      # (the end, len(mops), stays the end)
     return kept
 
 
