@@ -353,6 +353,21 @@ extern "C" __global__ void multiword(const unsigned *digits, const unsigned *m, 
     signed_out[5 * t + 4] = (int)(s >> 32);
 }
 
+// NVRTC's bfi.b64 at other places than 32, 32 (``(u64)x << 11 | y`` of values whose bits cannot overlap)
+extern "C" __global__ void inserts(const unsigned long long *a, const unsigned long long *b, unsigned long long *out)
+{
+    int i = threadIdx.x;
+    unsigned long long r0, r1, r2, r3;
+    asm("bfi.b64 %0, %1, %2, 11, 32;" : "=l"(r0) : "l"(a[i]), "l"(b[i]));
+    asm("bfi.b64 %0, %1, %2, 40, 24;" : "=l"(r1) : "l"(a[i]), "l"(b[i]));
+    asm("bfi.b64 %0, %1, %2, 0, 64;" : "=l"(r2) : "l"(a[i]), "l"(b[i]));
+    asm("bfi.b64 %0, %1, %2, 60, 20;" : "=l"(r3) : "l"(a[i]), "l"(b[i]));      // past bit 63: cut there
+    out[4 * i] = r0;
+    out[4 * i + 1] = r1;
+    out[4 * i + 2] = r2;
+    out[4 * i + 3] = r3;
+}
+
 extern "C" __global__ void leap_after(int *out, unsigned long long step, unsigned long long n)
 {
     unsigned long long i = threadIdx.x;
@@ -406,6 +421,25 @@ def test_a_multi_word_product_s_running_carry(seed):
         want_signed.append(int(np.uint32((s >> 32) & 0xFFFFFFFF).view(np.int32)))
     assert dev.read(out, 10).view(np.uint32).tolist() == want
     assert dev.read(signed_out, 10).view(np.int32).tolist() == want_signed
+
+
+def test_a_bit_field_inserted_into_a_64_bit_value():
+    """bfi.b64 at positions 11, 40, 0 and 60 (a field running past bit 63 cut there) of loaded values, against
+    Python's integers: b with the field's bits replaced by a's low bits."""
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 2**64, 2, dtype=np.uint64, endpoint=False)
+    b = rng.integers(0, 2**64, 2, dtype=np.uint64, endpoint=False)
+    dev = Device()
+    pa, pb, out = dev.alloc(4), dev.alloc(4), dev.alloc(16)
+    dev.write(pa, a.view(np.uint32))
+    dev.write(pb, b.view(np.uint32))
+    dev.launch(dev.load_kernel(COMPUTED, "inserts"), threads=2, args=[pa, pb, out])
+    want = []
+    for x, y in zip(map(int, a), map(int, b)):
+        for pos, size in ((11, 32), (40, 24), (0, 64), (60, 20)):
+            mask = ((1 << size) - 1) << pos & (2**64 - 1)
+            want.append(y & ~mask | x << pos & mask)
+    assert words(dev, out, 8, np.uint64).tolist() == want
 
 
 @pytest.mark.parametrize("step, n", [(2**31 + 5, 2**32 - 1), (3, 10), (2**32 - 1, 2**31)])

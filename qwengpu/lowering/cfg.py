@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from ..isa import MachineError
 from ..ptx import Instruction, Label
+from .by_body import ByBody
 
 
 @dataclass
@@ -99,8 +100,7 @@ def _branch(inst: Instruction, target: str, guard: bool = True) -> Instruction:
                    guard_negated=inst.guard_negated if keep else False, text=f"{prefix}{inst.opcode} {target}")
 
 
-_LAID: dict[int, tuple] = {}        # id(body) -> (body, laid-out body or None): a kernel is lowered per launch
-LAID_BODIES = 256
+_LAID = ByBody()           # each body laid out (None: as it is)
 
 
 def layout(kernel):
@@ -110,13 +110,8 @@ def layout(kernel):
     order, fall-throughs that no longer fall through made explicit ``bra``). A body already in such an order, which
     is every body nvcc writes for qccl's kernels, is returned as it is. So is one this pass cannot order (a cycle
     with two entries, loops that share blocks without nesting): the emitter then names what it refuses."""
-    known = _LAID.get(id(kernel.body))
-    if known is None or known[0] is not kernel.body:
-        known = (kernel.body, _layout(kernel))
-        _LAID[id(kernel.body)] = known
-        if len(_LAID) > LAID_BODIES:
-            del _LAID[next(iter(_LAID))]
-    return kernel if known[1] is None else replace(kernel, body=known[1])
+    laid = _LAID.get(kernel.body, lambda: _layout(kernel))
+    return kernel if laid is None else replace(kernel, body=laid)
 
 
 def _reachable(blocks: list[BasicBlock], start: int) -> set[int]:

@@ -18,7 +18,8 @@ low word first (a GPU's little-endian layout)::
 
 - The pairs: every 64-bit register a 64-bit load writes, the ``seeds`` (registers the lowering refused for their
   high word: ``lower`` lowers the kernel again with them), and every one an instruction of PAIRED writes from a pair
-  (add, sub, mul.lo and .hi, mad.lo, div, rem, neg, abs, and, or, xor, not, shl, shr, selp, min, max, brev, mov),
+  (add, sub, mul.lo and .hi, mad.lo, mad.wide with a 64-bit addend, div, rem, neg, abs, and, or, xor, not, shl,
+  shr, selp, min, max, brev, mov, bfi at a constant place),
   and every one an atomic whose old value is read writes; each definition of a pair register writes both words
   (``s = 0`` too: a register of ``cvt`` or a parameter takes its high word as the lowering computes it, ``v >>
   32``). Not a pair: a register loaded into and used as an address (its words joined, below: an offset added to a
@@ -54,7 +55,7 @@ INTEGER = ("u64", "s64", "b64")
 WORD, DOUBLE, PRED = "%__pair_w", "%__pair_d", "%__pair_p"     # the stage's registers: b32, b64, pred
 # Instructions whose 64-bit result, from a pair, is a pair (built word by word below).
 PAIRED = {"mov", "add", "sub", "mul", "mad", "div", "rem", "neg", "abs", "and", "or", "xor", "not", "shl", "shr",
-          "selp", "min", "max", "brev"}
+          "selp", "min", "max", "brev", "bfi"}
 COUNTS = {"popc", "clz", "bfind"}       # a 64-bit source, a 32-bit count: from the counts of the two words
 ROUNDINGS = ("rn", "rz", "rm", "rp")
 MIRRORED = {"rm": "rp", "rp": "rm"}     # a magnitude's rounding where the value is negative
@@ -451,6 +452,29 @@ class _Pairs:
             return self.op(f"shr.{kind}", hi, Imm(n - 32)) if n > 32 else hi, fill
         bottom = self.op("or.b32", self.op("shr.u32", lo, Imm(n)), self.op("shl.b32", hi, Imm(32 - n)))
         return bottom, self.op(f"shr.{kind}", hi, Imm(n))
+
+    def _bfi(self, item, halves, ops):
+        """``bfi.b64 d, a, b, pos, len`` with a constant position and length (NVRTC's ``(u64)x << 11 | y`` of
+        values whose bits cannot overlap): b with the bits pos .. pos + len - 1 (those below bit 64) replaced by a's
+        low len bits, word by word: ``(b & ~mask) | ((a << pos) & mask)``."""
+        position, length = ops[2:4]
+        if not isinstance(position, Imm) or not isinstance(length, Imm):
+            raise MachineError(f"line {item.line}: bfi of 64-bit values with a position or length held in a "
+                               f"register is not supported: {item.text}", line=item.line)
+        pos, size = position.value & 0xFF, length.value & 0xFF       # (PTX reads their low 8 bits)
+        mask = ((1 << size) - 1) << pos & (1 << 64) - 1
+        shifted = self._shl(item, halves[:1], [ops[0], Imm(min(pos, 64))])
+        (blo, bhi) = halves[1]
+        words = []
+        for inserted, kept, part in zip(shifted, (blo, bhi), (mask & 0xFFFFFFFF, mask >> 32)):
+            if part == 0:
+                words.append(kept)
+            elif part == 0xFFFFFFFF:
+                words.append(inserted)
+            else:
+                words.append(self.op("or.b32", self.op("and.b32", kept, Imm(~part & 0xFFFFFFFF)),
+                                     self.op("and.b32", inserted, Imm(part))))
+        return tuple(words)
 
     def at_least_32(self, n) -> Reg:
         return self.op("setp.ge.u32", n, Imm(32), prefix=PRED)

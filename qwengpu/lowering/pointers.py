@@ -16,26 +16,19 @@ Example::
 from __future__ import annotations
 
 from ..ptx import Instruction, Mem, Reg
+from .by_body import ByBody
 from .values import SPECIAL, destination
 
 # Instructions through which an address stays an address (each source register is then an address or an offset).
 THROUGH = {"add", "sub", "mov", "cvta", "selp", "and", "or", "xor"}
 
 
-_KNOWN: dict[int, tuple] = {}      # id(body) -> (body, its address registers): a kernel is lowered per launch
-KNOWN_BODIES = 256                  # configuration, and this analysis depends on its body alone
+_KNOWN = ByBody()          # each body's address registers
 
 
 def address_registers(body) -> frozenset[str]:
     """Registers that hold byte addresses (or byte offsets added to them) somewhere they are used as addresses."""
-    known = _KNOWN.get(id(body))
-    if known is not None and known[0] is body:     # the entry holds the body, so its id is not reused meanwhile
-        return known[1]
-    found = frozenset(_address_registers(body))
-    _KNOWN[id(body)] = (body, found)
-    if len(_KNOWN) > KNOWN_BODIES:
-        del _KNOWN[next(iter(_KNOWN))]
-    return found
+    return _KNOWN.get(body, lambda: frozenset(_address_registers(body)))
 
 
 def _address_registers(body) -> set[str]:
