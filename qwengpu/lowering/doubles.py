@@ -71,6 +71,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..ptx import Imm, Instruction, Kernel, Label, Reg
+from .floats import ATOMIC_QUALIFIERS, ATOMIC_SPACES
 from .rewriting import Rewriter
 
 __all__ = ["rewrite", "supported"]
@@ -132,10 +133,6 @@ def supported(inst: Instruction) -> bool:
         return (rounding in ROUNDINGS and (to, of) in (("f32", "f64"), ("f64", "s64"), ("f64", "u64"))) or (
             rounding in INTEGRAL and of == "f64" and to in ("f64", "s32", "u32", "s64", "u64"))
     return False
-
-
-ATOMIC_SPACES = ("global", "shared")
-ATOMIC_QUALIFIERS = ("relaxed", "acquire", "release", "acq_rel", "cta", "cluster", "gpu", "sys")
 
 
 def _atomic_add(inst: Instruction) -> tuple[str, list[str]] | None:

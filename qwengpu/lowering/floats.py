@@ -99,6 +99,10 @@ LARGEST = 0x7F7FFFFF            # the largest finite magnitude
 DOUBLE_HINT = ("; of double arithmetic the machine builds add, sub, mul, fma, div, sqrt, compares, min / max, "
                "trunc / floor / ceil / rint, the conversions to and from float and int (64-bit too) and atomicAdd, in integer ops on pairs of words (qwengpu/lowering/doubles.py), not this one: write float, and 2.0f "
                "for a literal (C reads 2.0 or 1e-3 as a double and computes the expression in double)")
+# An atomic add on a float (and on a double: qwengpu.lowering.doubles) runs on these spaces, with these qualifiers
+# (its memory order and scope: the machine runs warps and blocks one after another, so every order holds).
+ATOMIC_SPACES = ("global", "shared")
+ATOMIC_QUALIFIERS = ("relaxed", "acquire", "release", "acq_rel", "cta", "cluster", "gpu", "sys")
 # float32 <-> float16 / bfloat16 (cuda_fp16.h's __half2float / __float2half, cuda_bf16.h's): a half is 16 bits of a
 # b16 register; its arithmetic is float32's, rounded back (exact: float32 holds twice a half's digits and more).
 HALF_CONVERSIONS = {("f32", "f16"), ("f32", "bf16"), ("rn", "f16", "f32"), ("rn", "bf16", "f32")}
@@ -380,8 +384,6 @@ class _Rewriter:
         self.body.append(dataclasses.replace(inst, opcode=opcode))
 
     # -- atomicAdd on a float: a compare-and-swap loop ------------------------------------------------------------------
-    ATOMIC_SPACES = ("global", "shared")
-    ATOMIC_QUALIFIERS = ("relaxed", "acquire", "release", "acq_rel", "cta", "cluster", "gpu", "sys")
 
     def _atom(self, inst: Instruction) -> None:
         self._atomic_add(inst, returns=True)
@@ -411,8 +413,8 @@ class _Rewriter:
         them (FADD.F32.RN); any NaN sum is the canonical NaN. A guarded atom / red is the loop under a branch around
         it. Other atomic operations on floats, and .ftz (refused before this), are refused by name."""
         mods = [m for m in inst.modifiers if m != "f32"]
-        spaces = [m for m in mods if m in self.ATOMIC_SPACES]
-        other = [m for m in mods if m != "add" and m not in self.ATOMIC_SPACES + self.ATOMIC_QUALIFIERS]
+        spaces = [m for m in mods if m in ATOMIC_SPACES]
+        other = [m for m in mods if m != "add" and m not in ATOMIC_SPACES + ATOMIC_QUALIFIERS]
         if "add" not in mods or other or len(spaces) != 1:
             named = ", ".join(f".{m}" for m in (other or mods)) or "no operation"
             raise _refuse(inst, f"the machine has no floating point: of the atomic operations on floats, add (CUDA's "
