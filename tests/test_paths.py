@@ -60,7 +60,7 @@ def machine_sines(sines, values: np.ndarray) -> np.ndarray:
     return in_fours(*sines, values)
 
 
-def test_sinf_runs_within_cudas_two_ulps_below_the_double_path(sines):
+def test_sinf_runs_within_cudas_two_ulps_on_its_float_path(sines):
     rng = np.random.default_rng(7)
     values = np.concatenate([[0.5, -1.25, 3.0, 100.0, 1e-30, 1e-45, np.pi, -np.pi / 2, 1e5, -LIMIT + 1],
                              rng.uniform(-10, 10, 10), rng.uniform(-LIMIT, LIMIT, 4)]).astype(np.float32)
@@ -93,7 +93,8 @@ def test_a_double_of_the_users_runs_until_a_thread_takes_it():
     dev.write(y, np.arange(4))
     tokens = len(dev.tokens)
     with pytest.raises(MachineError, match=r"thread \[3,0,0\] took a path to PTX line \d+ \(.*f64.*write float, and "
-                                           r"2\.0f.*\n  from kernel\.cu line 14: y\[i\] = log\(\(double\)x\[i\]\);$") as refused:
+                                           r"2\.0f.*\n  from kernel\.cu line 14: y\[i\] = log\(\(double\)x\[i\]\);$"
+                       ) as refused:
         dev.launch(kernel, threads=4, args=[y, x, 4])
     # the launch is put back: no token written, memory as before (the first three threads' results unwritten)
     assert len(dev.tokens) == tokens and dev.read(y, 4).tolist() == [0, 1, 2, 3]

@@ -97,7 +97,8 @@ CANONICAL_NAN = 0x7FFFFFFF      # what NVIDIA's float unit writes for a NaN resu
 LARGEST = 0x7F7FFFFF            # the largest finite magnitude
 # What to write instead of a double, which the first float kernels hold by accident: C reads 2.0 as a double.
 DOUBLE_HINT = ("; of double arithmetic the machine builds add, sub, mul, fma, div, sqrt, compares, min / max, "
-               "trunc / floor / ceil / rint, the conversions to and from float and int (64-bit too) and atomicAdd, in integer ops on pairs of words (qwengpu/lowering/doubles.py), not this one: write float, and 2.0f "
+               "trunc / floor / ceil / rint, the conversions to and from float and int (64-bit too) and atomicAdd, "
+               "in integer ops on pairs of words (qwengpu/lowering/doubles.py), not this one: write float, and 2.0f "
                "for a literal (C reads 2.0 or 1e-3 as a double and computes the expression in double)")
 # An atomic add on a float (and on a double: qwengpu.lowering.doubles) runs on these spaces, with these qualifiers
 # (its memory order and scope: the machine runs warps and blocks one after another, so every order holds).
