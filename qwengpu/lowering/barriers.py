@@ -47,7 +47,12 @@ def live_in(mops: list[MOp], keeps: list[bool] | None = None) -> list[set]:
     is never observed (``observed_keeps``)."""
     words, bit = live_bits(mops, keeps)
     names = list(bit)
-    return [_members(word, names) for word in words]
+    sets = []
+    for i, word in enumerate(words):
+        if i % 256 == 0:        # (thousands of registers live at each of 100,000 ops: a double lgamma's)
+            deadline.check("the registers live at each op")
+        sets.append(_members(word, names))
+    return sets
 
 
 def live_bits(mops: list[MOp], keeps: list[bool] | None = None) -> tuple[list[int], dict[str, int]]:
@@ -198,6 +203,7 @@ def kept_across(mops: list[MOp], live: list[set]) -> list[list[str]]:
         reached[0] = True
     changed = True
     while changed:
+        deadline.check("the registers written before each op")
         changed = False
         for i, mop in enumerate(mops):
             if not reached[i]:

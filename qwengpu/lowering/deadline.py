@@ -1,4 +1,5 @@
-"""A deadline for one lowering: its long loops (fusion, liveness, the overlay cutter) ask ``check`` each round.
+"""A deadline for one lowering: its long loops (constant propagation, emission, fusion, liveness,
+the overlay cutter) ask ``check`` each round.
 
 Lowering a kernel is thousands of machine ops for each double or float op, and a long program under lane
 predicates (double code under a branch, whose paths are if-converted around a loop) can take the passes over the

@@ -31,7 +31,7 @@ from ..ptx import Instruction, Mem, Reg
 from .addressing import AddressOps
 from .arithmetic import ArithmeticOps
 from .bits import BitOps
-from . import counters
+from . import counters, deadline
 from .cfg import BasicBlock
 from .memory import MemoryOps
 from .mop import MOp
@@ -484,6 +484,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         back_edges = []
         open_loops: list[tuple[int, int, dict]] = []      # (header, latch, exit target -> its mask register)
         for block in self.blocks:
+            deadline.check("emission")
             if block.index not in self.states:
                 continue
             pred = incoming.get(block.index, FALSE)

@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 from ..isa import MachineError
+from . import deadline
 from .cfg import BasicBlock
 from .transfer import guard_value, make_reader, step
 from .values import Const, Context, join
@@ -27,6 +28,7 @@ def propagate(kernel, blocks: list[BasicBlock], context: Context) -> dict[int, d
         steps += 1
         if steps > 100 * (len(blocks) + 1) ** 2:
             raise MachineError(f"kernel {kernel.name}: constant propagation does not settle")
+        deadline.check("constant propagation")
         index = work.pop(0)
         state = dict(entry[index])
         read = make_reader(state, context)
