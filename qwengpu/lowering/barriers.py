@@ -60,15 +60,7 @@ def live_bits(mops: list[MOp], keeps: list[bool] | None = None) -> tuple[list[in
     were most of its lowering, and where predicated ops keep thousands of registers live (a double sin's
     if-converted paths) the sets themselves are too many to build."""
     succ = successors(mops)
-    bit: dict[str, int] = {}
-
-    def bits(regs) -> int:
-        word = 0
-        for reg in regs:
-            if reg not in bit:
-                bit[reg] = 1 << len(bit)
-            word |= bit[reg]
-        return word
+    bit, bits = numbering()
     reads = [bits(mop.reads(keep=True if keeps is None else keeps[i])) for i, mop in enumerate(mops)]
     kills = [~bits([mop.dst]) if mop.dst else -1 for mop in mops]
     live = [0] * len(mops)
@@ -84,6 +76,19 @@ def live_bits(mops: list[MOp], keeps: list[bool] | None = None) -> tuple[list[in
             if new != live[i]:
                 live[i], changed = new, True
     return live, bit
+
+
+def numbering():
+    """A fresh numbering of registers as bits of Python integers: (each register's bit, ``bits(regs)``: their bits
+    or-ed, numbering the registers it has not met)."""
+    bit: dict[str, int] = {}
+
+    def bits(regs) -> int:
+        word = 0
+        for reg in regs:
+            word |= bit.setdefault(reg, 1 << len(bit))
+        return word
+    return bit, bits
 
 
 def _members(word: int, names: list[str]) -> set:

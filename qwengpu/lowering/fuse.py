@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..isa import MachineError
 from . import deadline
-from .barriers import live_bits, successors
+from .barriers import numbering, successors
 from .mop import COMMUTATIVE, MIRROR, MOp
 
 MASK32 = 0xFFFFFFFF
@@ -235,13 +235,7 @@ def prune(mops: list[MOp]) -> list[MOp]:
     Starting from nothing live, it also drops a value a loop carries that only its own updates read (a 64-bit
     division kernel's: 832 blocks became 782)."""
     succ = successors(mops)
-    bit: dict[str, int] = {}
-
-    def bits(regs) -> int:
-        word = 0
-        for reg in regs:
-            word |= bit.setdefault(reg, 1 << len(bit))
-        return word
+    _, bits = numbering()
     reads = [bits(mop.reads(keep=True)) for mop in mops]
     writes = [bits([mop.dst]) if mop.dst else 0 for mop in mops]
     droppable = [bool(mop.dst) and mop.store is None and mop.branch == "none" and not mop.atomic for mop in mops]
