@@ -425,6 +425,51 @@ def test_bits_ffs_and_sad():
     assert _bits_launch("sad", EDGE, y, out_words=32) == want
 
 
+FUNNEL = r'''
+extern "C" __global__ void funnel(unsigned *y, const unsigned *a, const unsigned *b, const int *s) {
+    int i = threadIdx.x;
+    unsigned x = a[i], z = b[i];
+    int n = s[i];
+    y[4 * i] = __funnelshift_l(x, z, n);
+    y[4 * i + 1] = __funnelshift_r(x, z, n);
+    y[4 * i + 2] = __funnelshift_lc(x, z, n);
+    y[4 * i + 3] = __funnelshift_rc(x, z, n);
+}
+extern "C" __global__ void rotate(unsigned *y, const unsigned *a, const int *s) {
+    int i = threadIdx.x;
+    unsigned x = a[i];
+    int n = s[i] & 31;
+    y[2 * i] = (x << n) | (x >> (32 - n));
+    y[2 * i + 1] = (x >> n) | (x << (32 - n));
+}'''
+
+
+@pytest.mark.parametrize("amounts", [[0, 1, 31, 32], [33, 63, 64, 0xFFFFFFFF], [0x80000000, 5, 17, 40]])
+def test_a_funnel_shift_by_an_amount_the_kernel_loads(amounts):
+    """__funnelshift_l / _r (PTX's shf .wrap: the amount mod 32) and _lc / _rc (.clamp: at most 32) of {z, x} by
+    an amount held in a register, and the rotate idiom NVRTC compiles to shf.l / .r.wrap, against Python's
+    integers; amounts of 0, 32 and past it are where the word shifted out must vanish."""
+    x = [0xDEADBEEF, 0x80000001, 0xFFFFFFFF, 0x12345678]
+    z = [0x0F0F0F0F, 0x7FFFFFFF, 0, 0xCAFEBABE]
+    dev = Device()
+    dev.write(0, _as_words(x))
+    dev.write(4, _as_words(z))
+    dev.write(8, _as_words(amounts))
+    dev.launch(dev.load_kernel(FUNNEL, "funnel"), threads=4, args=[16, 0, 4, 8])
+    want = []
+    for low, high, n in zip(x, z, amounts):
+        wide, wrap, clamp = high << 32 | low, n % 32, min(n, 32)
+        want += [(wide << wrap >> 32) & 0xFFFFFFFF, (wide >> wrap) & 0xFFFFFFFF,
+                 (wide << clamp >> 32) & 0xFFFFFFFF, (wide >> clamp) & 0xFFFFFFFF]
+    assert [int(v) & 0xFFFFFFFF for v in dev.read(16, 16)] == want
+    dev.launch(dev.load_kernel(FUNNEL, "rotate"), threads=4, args=[16, 0, 8])
+    want = []
+    for v, n in zip(x, amounts):
+        n %= 32
+        want += [(v << n | v >> (32 - n)) & 0xFFFFFFFF, (v >> n | v << (32 - n)) & 0xFFFFFFFF]
+    assert [int(v) & 0xFFFFFFFF for v in dev.read(16, 8)] == want
+
+
 
 # ------------------------------------------------------------------------------------------------ local memory
 # qwengpu/kernels/local.cu: an array a thread indexes at run time (.local: each thread's own words) and int4

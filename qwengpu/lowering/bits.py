@@ -1,7 +1,7 @@
 """Bit manipulation: population count, leading zeros, the highest set bit (bfind, and ``__ffs``), bit reversal, bit-field extract / insert, funnel shifts
 and byte permutes, built from shifts, masks and ors (a population count adds its bytes with one multiply; mixed
-into ``emit.Emitter``). Positions, lengths and selectors must be known at launch; held in a register they are
-refused.
+into ``emit.Emitter``). A funnel shift's amount may be held in a register; bit-field positions and lengths and
+byte-permute selectors must be known at launch, and held in a register they are refused.
 """
 from __future__ import annotations
 
@@ -140,19 +140,30 @@ class BitOps:
         self.op("or", (kept, 0), (part, 0), dst=dst)
 
     def _op_shf(self, read, dst):
+        """PTX's funnel shift of the 64-bit value {b, a} (b the high word). By an amount held in a register (the
+        rotate idiom ``(x << s) | (x >> (32 - s))`` compiles to one): the amount masked (.wrap) or clamped to 32
+        (.clamp), then two shifts; the machine's shifts give 0 for an amount of 32 or more, which is what the
+        word shifted out must give where the amount is 0 (.wrap) or 32 (.clamp)."""
         inst = self.inst
+        low, high = self.src(read, 0), self.src(read, 1)
+        left = "l" in inst.modifiers
         amount = read(sources(inst)[2])
         if not isinstance(amount, Const):
-            raise unsupported(inst, "a funnel shift by a register")
+            n = (self.op("and" if "wrap" in inst.modifiers else "min_u", self.src(read, 2),
+                         (None, 31 if "wrap" in inst.modifiers else 32)), 0)
+            rest = (self.op("sub", (None, 32), n), 0)
+            up = self.op("shl", high, n if left else rest)
+            down = self.op("shr_u", low, rest if left else n)
+            self.op("or", (up, 0), (down, 0), dst=dst)
+            return
         n = amount.value & 31 if "wrap" in inst.modifiers else min(amount.value & MASK32, 32)
-        low, high = self.src(read, 0), self.src(read, 1)
         if n == 0:
-            self.op("a", high if "l" in inst.modifiers else low, dst=dst)
+            self.op("a", high if left else low, dst=dst)
             return
         if n == 32:
-            self.op("a", low if "l" in inst.modifiers else high, dst=dst)
+            self.op("a", low if left else high, dst=dst)
             return
-        if "l" in inst.modifiers:
+        if left:
             up, down = self.op("shl", high, (None, n)), self.op("shr_u", low, (None, 32 - n))
         else:
             up, down = self.op("shl", high, (None, 32 - n)), self.op("shr_u", low, (None, n))
