@@ -126,6 +126,7 @@ class Module:
 
 
 JOINED = "%__joined"        # the parser's own 64-bit register: mov.b64's { } lists of words (_words_moved)
+JOINED_WORD = "%__joined_word"      # and its 32-bit one: mov.b32's { } lists of 16-bit halves
 # Special registers are always in scope; whether the machine has one is the lowering's decision.
 SPECIAL_REGISTER = re.compile(r"%(?:n?tid|n?ctaid|nclusterid|clusterid)\.[xyz]$|"
                               r"%(?:laneid|warpid|nwarpid|smid|nsmid|gridid|clock|clock64|globaltimer|"
@@ -523,8 +524,8 @@ class _KernelParser:
         if texts and "|" in texts[0]:           # "d|p": a destination and a predicate destination
             first, second = texts[0].split("|", 1)
             texts[0], pair = first, self.reg(second.strip(), line, text)
-        if opcode == "mov.b64" and len(texts) == 2 and any(t.strip().startswith("{") for t in texts):
-            self._words_moved(texts, guard, negated, line, " ".join(text.split()))
+        if opcode in ("mov.b64", "mov.b32") and len(texts) == 2 and any(t.strip().startswith("{") for t in texts):
+            self._words_moved(opcode, texts, guard, negated, line, " ".join(text.split()))
             return
         if any(t.strip().startswith("{") for t in texts):
             for opcode_, texts_ in self._vector_elements(opcode, texts, line, text):
@@ -575,35 +576,41 @@ class _KernelParser:
                          and not self._shared_symbol(o.name) and o.name not in self.k.local]
         self.k.body.append(ins)
 
-    def _words_moved(self, texts: list[str], guard, negated: bool, line: int, text: str) -> None:
+    def _words_moved(self, opcode: str, texts: list[str], guard, negated: bool, line: int, text: str) -> None:
         """``mov.b64 {lo, hi}, x`` (a 64-bit value's two words: NVRTC's ``signbit`` and ``__double2hiint`` of a
-        double) and ``mov.b64 x, {lo, hi}`` (two words joined: ``__hiloint2double``) as the conversions and shifts
-        they are, through a 64-bit register of the parser's own (JOINED); ``_`` takes no word."""
-        self.k.registers.setdefault(JOINED, "b64")
-        self.counts.setdefault(JOINED, None)
-        joined = Reg(JOINED)
+        double) and ``mov.b64 x, {lo, hi}`` (two words joined: ``__hiloint2double``), and ``mov.b32`` of two 16-bit
+        halves the same way (CUDA's SIMD intrinsics, ``__vsub2``, split a word into its halves so), as the
+        conversions and shifts they are, through a register of the parser's own (JOINED, JOINED_WORD); ``_``
+        takes no part."""
+        bits = int(opcode[len("mov.b"):])
+        half = bits // 2
+        wide, narrow = f"u{bits}", f"u{half}"
+        joined_name = JOINED if bits == 64 else JOINED_WORD
+        self.k.registers.setdefault(joined_name, f"b{bits}")
+        self.counts.setdefault(joined_name, None)
+        joined = Reg(joined_name)
         unpack = texts[0].strip().startswith("{")
-        words = [w.strip() for w in texts[0 if unpack else 1].strip().strip("{}").split(",")]
-        if len(words) != 2 or not texts[0 if unpack else 1].strip().endswith("}"):
-            raise _err(line, "mov.b64 takes a { } list of two words", text)
-        low, high = (None if w == "_" else self.operand(w, line, text) for w in words)
+        parts = [w.strip() for w in texts[0 if unpack else 1].strip().strip("{}").split(",")]
+        if len(parts) != 2 or not texts[0 if unpack else 1].strip().endswith("}"):
+            raise _err(line, f"{opcode} takes a {{ }} list of two {half}-bit parts", text)
+        low, high = (None if w == "_" else self.operand(w, line, text) for w in parts)
         other = self.operand(texts[1 if unpack else 0], line, text)
 
-        def append(opcode: str, *operands) -> None:
-            self._append(Instruction(opcode, operands, guard, negated, line, text))
+        def append(opcode_: str, *operands) -> None:
+            self._append(Instruction(opcode_, operands, guard, negated, line, text))
         if unpack:
             if low is not None:
-                append("cvt.u32.u64", low, other)
+                append(f"cvt.{narrow}.{wide}", low, other)
             if high is not None:
-                append("shr.b64", joined, other, Imm(32))
-                append("cvt.u32.u64", high, joined)
+                append(f"shr.b{bits}", joined, other, Imm(half))
+                append(f"cvt.{narrow}.{wide}", high, joined)
             return
         if low is None or high is None:
-            raise _err(line, "mov.b64 joins two words, not _", text)
-        append("cvt.u64.u32", joined, high)
-        append("shl.b64", joined, joined, Imm(32))
-        append("cvt.u64.u32", other, low)
-        append("or.b64", other, other, joined)
+            raise _err(line, f"{opcode} joins two parts, not _", text)
+        append(f"cvt.{wide}.{narrow}", joined, high)
+        append(f"shl.b{bits}", joined, joined, Imm(half))
+        append(f"cvt.{wide}.{narrow}", other, low)
+        append(f"or.b{bits}", other, other, joined)
 
     def _vector_elements(self, opcode: str, texts: list[str], line: int, text: str):
         """A vector load or store (``ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1+16]``) as the scalar accesses it

@@ -139,6 +139,13 @@ SEQUENCES = [
     ("prmt.b32 %r3, %r2, %r4, 0x7531;", "b32"), ("prmt.b32 %r3, %r2, %r4, 0x8F40;", "b32"),
     ("shf.l.wrap.b32 %r3, %r2, %r4, 7;", "b32"), ("shf.r.clamp.b32 %r3, %r2, %r4, 12;", "b32"),
     ("shf.l.wrap.b32 %r3, %r2, %r4, %r4;", "b32"), ("shf.r.clamp.b32 %r3, %r2, %r4, %r2;", "b32"),
+    ("lop3.b32 %r3, %r2, %r4, %r5, 0xB2;", "b32"), ("lop3.b32 %r3, %r2, %r4, %r5, 0xE8;", "b32"),
+    ("lop3.b32 %r3, %r2, %r4, %r5, 0x96;", "b32"), ("lop3.b32 %r3, %r2, %r4, %r5, 0xFF;", "b32"),
+    ("lop3.b32 %r3, %r2, %r4, %r5, 0xCC;", "b32"), ("lop3.b32 %r3, %r2, %r4, %r5, 0x01;", "b32"),
+    ("add.u16x2 %r3, %r2, %r4;", "b32"), ("sub.s16x2 %r3, %r2, %r4;", "b32"), ("max.s16x2 %r3, %r2, %r4;", "b32"),
+    ("min.u16x2 %r3, %r2, %r4;", "b32"), ("vabsdiff4.s32.s32.s32 %r3, %r2, %r4, %r5;", "b32"),
+    ("vabsdiff4.u32.u32.u32.add %r3, %r2, %r4, %r5;", "b32"), ("vabsdiff2.s32.s32.s32.add %r3, %r2, %r4, %r5;", "b32"),
+    ("vabsdiff2.u32.u32.u32 %r3, %r2, %r4, %r5;", "b32"),
     ("abs.s32 %r3, %r2;", "b32"), ("cnot.b32 %r3, %r2;", "b32"), ("neg.s32 %r3, %r2;", "b32"),
     ("slct.s32.s32 %r3, %r2, %r4, %r2;", "b32"), ("min.s32 %r3, %r2, %r4;", "b32"), ("max.u32 %r3, %r2, %r4;", "b32"),
     ("div.s32 %r3, %r2, %r4;", "b32"), ("rem.u32 %r3, %r2, %r4;", "b32"), ("mul.lo.s32 %r3, %r2, %r4;", "b32"),
@@ -155,6 +162,7 @@ def test_emitted_sequence_matches_ptx_semantics(text, typ):
     add.s64 %rd3, %rd1, %rd2;
     ld.global.u32 %r2, [%rd3];
     ld.global.u32 %r4, [%rd3+32];
+    ld.global.u32 %r5, [%rd3+96];
     {text}
     st.global.u32 [%rd3+64], %r3;
     ret;"""
@@ -169,12 +177,39 @@ def test_emitted_sequence_matches_ptx_semantics(text, typ):
     dev = Device()
     dev.write(0, a.astype(np.int64))
     dev.write(8, b.astype(np.int64))
+    c = a ^ b.view(np.uint64) >> np.uint64(3)
+    dev.write(24, c.astype(np.int64))
     dev.launch(dev.load_kernel(k_text, "k"), threads=8, args=[0, 0])
     got = dev.read(16, 8).view(np.uint32)
-    values = {"%r2": a, "%r4": b}
+    values = {"%r2": a, "%r4": b, "%r5": c}
     for lane in range(8):
         sources = [values[o.name][lane] if hasattr(o, "name") else o.value for o in inst.operands[1:]]
         assert int(got[lane]) == fold(inst, [int(v) for v in sources]), (lane, a[lane], b[lane])
+
+
+def test_every_lop3_truth_table_has_a_recipe_that_computes_it():
+    """lop3's 256 functions of three bits: each recipe (lowering.bits) evaluated on the inputs' truth tables gives
+    its own table, in at most 5 ops of and / or / xor / not (the machine's ops; no and-not)."""
+    from qwengpu.lowering.bits import LOGIC_A, LOGIC_B, LOGIC_C, logic_recipe
+
+    def value(function):
+        recipe = logic_recipe(function)
+        if recipe is None:
+            return function, 0
+        if recipe == ("input",):
+            assert function in (LOGIC_A, LOGIC_B, LOGIC_C)
+            return function, 0
+        if recipe[0] == "not":
+            table, ops = value(recipe[1])
+            return table ^ 0xFF, ops + 1
+        (x, n), (y, m) = value(recipe[1]), value(recipe[2])
+        return {"and": x & y, "or": x | y, "xor": x ^ y}[recipe[0]], n + m + 1
+    costs = []
+    for function in range(256):
+        table, ops = value(function)
+        assert table == function, hex(function)
+        costs.append(ops)
+    assert max(costs) <= 5 and costs[0xE8] <= 4 and costs[0x96] == 2
 
 
 # ------------------------------------------------------------------------------------------------ barriers

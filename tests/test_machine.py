@@ -282,6 +282,18 @@ def test_unsupported_instruction_names_its_text_and_line():
         dev.launch(kernel, threads=4, args=[0])
 
 
+def test_an_integer_instruction_that_saturates_is_refused_as_integer_work():
+    """add.sat.s32 is integer arithmetic: its refusal says so, not that the machine has no floating point."""
+    source = ('extern "C" __global__ void clamp(int *x) { int r; asm("add.sat.s32 %0, %1, %2;" : "=r"(r) : '
+              '"r"(x[threadIdx.x]), "r"(x[4])); x[threadIdx.x] = r; }')
+    dev = Device()
+    kernel = dev.load_kernel(source, "clamp")
+    with pytest.raises(MachineError, match=r"\(an integer instruction that saturates \(\.sat\) is not built\): "
+                                           r"add\.sat\.s32") as error:
+        dev.launch(kernel, threads=4, args=[0])
+    assert "floating point" not in str(error.value)
+
+
 @pytest.mark.parametrize("threads", [4, 7])
 def test_divergent_loop_runs_simt_style(threads):
     """A trip count that differs per lane: the loop repeats while any lane continues, the others masked off."""

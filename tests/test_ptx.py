@@ -184,7 +184,7 @@ def _body(lines: str) -> str:
     (HEADER.replace("9.0", "6.0"), 1, "6.0"),
     (HEADER.replace("9.0", "9.9"), 1, "9.9"),
     (_body("\tadd.s64 %rd1, {%r1, %r2}, 1;"), 10, "vector operands are supported on ld / st"),
-    (_body("\tmov.b64 %rd1, {%r1, %r2, %r3};"), 10, "mov.b64 takes a { } list of two words"),
+    (_body("\tmov.b64 %rd1, {%r1, %r2, %r3};"), 10, "mov.b64 takes a { } list of two 32-bit parts"),
     (_body("\tld.global.v2.u32 {%r1, %r2, %r3}, [%rd1];"), 10, "v2 takes 2 elements, not 3"),
     (_body("\t.reg .v2 .b32 %v<2>;"), 10, "vector"),
     (_body("\t.frobnicate 3;"), 10, "unknown directive .frobnicate"),

@@ -12,6 +12,8 @@ The stages, one module each, run in this order:
                                  word between two barriers.
    ``carries.rewrite``           carry chains (add.cc / addc, sub.cc / subc, mad.cc / madc) as plain instructions
                                  and a register for the carry.
+   ``packed.rewrite``            add / sub / min / max of packed 16-bit lanes (.u16x2 / .s16x2) as word
+                                 instructions that keep each lane's carry in its lane.
    ``doubles.rewrite``           float64 moves, compares, add / sub / mul / div / sqrt and conversions as 64-bit
                                  integer PTX, whose registers the pairs stage keeps as pairs of words.
    ``pairs.rewrite``             64-bit integer loads, stores and atomics as accesses of two words; the values
@@ -53,7 +55,7 @@ from __future__ import annotations
 
 from .. import isa
 from ..isa import MachineError
-from . import block_votes, carries, console, deadline, doubles, pairs, paths
+from . import block_votes, carries, console, deadline, doubles, packed, pairs, paths
 from .barriers import expand, state_slots
 from .cfg import basic_blocks, layout, merge_latches
 from .emit import Emitter
@@ -232,7 +234,7 @@ def lower(kernel, args: list[int], threads: int, block: int = 0, blocks: int = 1
 def _lower(kernel, args, threads, block, blocks, shared, shape, grid, variables) -> Program:
     """``lower``'s stages, under its deadline."""
     kernel, formats = console.rewrite(paths.rewrite(kernel))
-    kernel = carries.rewrite(block_votes.rewrite(kernel))
+    kernel = packed.rewrite(carries.rewrite(block_votes.rewrite(kernel)))
     # doubles as 64-bit integers, whose registers the pairs stage keeps as pairs of words
     kernel, doubled = doubles.rewrite(kernel)
     written = {name for inst in kernel.body if isinstance(inst, Instruction) for name in [destination(inst)] if name}

@@ -1,18 +1,58 @@
-"""Bit manipulation: population count, leading zeros, the highest set bit (bfind, and ``__ffs``), bit reversal, bit-field extract / insert, funnel shifts
-and byte permutes, built from shifts, masks and ors (a population count adds its bytes with one multiply; mixed
-into ``emit.Emitter``). A funnel shift's amount may be held in a register; bit-field positions and lengths and
-byte-permute selectors must be known at launch, and held in a register they are refused.
+"""Bit manipulation: population count, leading zeros, the highest set bit (bfind, and ``__ffs``), bit reversal,
+bit-field extract / insert, funnel shifts, byte permutes, three-input logic (``lop3``) and the lanes' absolute
+differences (``vabsdiff2`` / ``vabsdiff4``: CUDA's SIMD intrinsics), built from shifts, masks and ors (a population
+count adds its bytes with one multiply; mixed into ``emit.Emitter``). A funnel shift's amount may be held in a
+register; bit-field positions and lengths and byte-permute selectors must be known at launch, and held in a
+register they are refused.
 """
 from __future__ import annotations
+
+import functools
 
 from ..ptx import Reg
 from .transfer import sources
 from .values import MASK32, Const, signed, unsupported, width
 
 
+LOGIC_A, LOGIC_B, LOGIC_C = 0xF0, 0xCC, 0xAA       # lop3's inputs as the truth tables of three variables
+
+
+@functools.cache
+def _logic_recipes() -> dict[int, tuple]:
+    """For each of the 256 functions of three bits (a truth table, lop3's LUT), the cheapest tree of and / or / xor
+    / not over a, b, c: its op and the tables of its operands, ("input",) at a leaf. Built once by relaxing costs
+    (a tree's ops: 1 + its operands') until no function gets cheaper; 0 and all ones are the constants."""
+    cost = {LOGIC_A: 0, LOGIC_B: 0, LOGIC_C: 0, 0x00: 0, 0xFF: 0}
+    recipe = {f: ("input",) for f in cost}
+    changed = True
+    while changed:
+        changed = False
+        known = sorted(cost.items())
+        for f, cf in known:
+            candidates = [(f ^ 0xFF, cf + 1, ("not", f))]
+            for g, cg in known:
+                if g < f:
+                    continue
+                candidates += [(f & g, cf + cg + 1, ("and", f, g)), (f | g, cf + cg + 1, ("or", f, g)),
+                               (f ^ g, cf + cg + 1, ("xor", f, g))]
+            for h, ch, how in candidates:
+                if ch < cost.get(h, 1 << 30):
+                    cost[h], recipe[h] = ch, how
+                    changed = True
+    return recipe
+
+
+def logic_recipe(function: int) -> tuple | None:
+    """How ``_op_lop3`` builds the function whose truth table is ``function``: ("input",) for a, b or c, None for
+    a constant (0 or all ones), else (op, operand tables...)."""
+    if function in (0x00, 0xFF):
+        return None
+    return _logic_recipes()[function]
+
+
 class BitOps:
-    """The ``_op_<base>`` builders of popc / clz / bfind / brev / bfe / bfi / shf / prmt. Uses the emitter's
-    ``src``, ``op``, ``value_operand``, ``definitions`` and ``_need_fits``."""
+    """The ``_op_<base>`` builders of popc / clz / bfind / brev / bfe / bfi / shf / prmt / lop3 / vabsdiff. Uses the
+    emitter's ``src``, ``op``, ``value_operand``, ``definitions`` and ``_need_fits``."""
 
     def _op_popc(self, read, dst):
         self._zero_extended(read)
@@ -168,6 +208,67 @@ class BitOps:
         else:
             up, down = self.op("shl", high, (None, 32 - n)), self.op("shr_u", low, (None, n))
         self.op("or", (up, 0), (down, 0), dst=dst)
+
+    def _op_lop3(self, read, dst):
+        """PTX's three-input logic op (CUDA's SIMD intrinsics' headers write it in inline assembly): the function
+        its constant truth table names, as the shortest tree of and / or / xor / not the table ``LOGIC`` holds."""
+        inst = self.inst
+        table = read(sources(inst)[3]) if len(sources(inst)) == 4 else None
+        if not isinstance(table, Const) or inst.pair is not None or inst.modifiers != ("b32",):
+            raise unsupported(inst, "lop3.b32 with a truth table known at launch")
+        inputs = {LOGIC_A: self.src(read, 0), LOGIC_B: self.src(read, 1), LOGIC_C: self.src(read, 2)}
+
+        def build(function: int, into: str | None = None) -> tuple:
+            recipe = logic_recipe(function)
+            if recipe is None or recipe[0] == "input":
+                value = inputs[function] if recipe else (None, function and MASK32)
+                if into is None:
+                    return value
+                self.op("a", value, dst=into)
+                return into, 0
+            if recipe[0] == "not":
+                return self.op("xor", build(recipe[1]), (None, MASK32), dst=into), 0
+            return self.op(recipe[0], build(recipe[1]), build(recipe[2]), dst=into), 0
+        build(table.value & 0xFF, dst)
+
+    def _op_vabsdiff2(self, read, dst):
+        self._lanes_absolute_difference(read, dst, 16)
+
+    def _op_vabsdiff4(self, read, dst):
+        self._lanes_absolute_difference(read, dst, 8)
+
+    def _lanes_absolute_difference(self, read, dst, lane_bits: int) -> None:
+        """PTX's SIMD video instructions vabsdiff2 / vabsdiff4 (CUDA's ``__vabsdiffu4``, ``__vsadu4``, ``__vabs4``,
+        ... write them in inline assembly): |a - b| of each 16- or 8-bit lane, the lanes unsigned (.u32) or signed
+        (.s32); with .add the lanes' differences summed and added to c (a sum of absolute differences), else each
+        difference in its own lane (the default mask, every lane, so c is not read). Lane selectors, a mask, .sat
+        and mixed types are refused."""
+        inst = self.inst
+        types = [m for m in inst.modifiers if m in ("u32", "s32")]
+        if len(types) != 3 or len(set(types)) != 1 or set(inst.modifiers) - {"u32", "s32", "add"}:
+            raise unsupported(inst, f"{inst.base} of .u32 or .s32 lanes, with .add or without")
+        is_signed = types[0] == "s32"
+        lanes = 32 // lane_bits
+
+        def lane(x: tuple, i: int) -> tuple:
+            if is_signed:       # the lane's top bit moved to bit 31, then shifted back with its sign
+                left = 32 - lane_bits * (i + 1)
+                top = (self.op("shl", x, (None, left)), 0) if left else x
+                return self.op("shr_s", top, (None, 32 - lane_bits)), 0
+            if i == lanes - 1:
+                return self.op("shr_u", x, (None, 32 - lane_bits)), 0
+            moved = (self.op("shr_u", x, (None, lane_bits * i)), 0) if i else x
+            return self.op("and", moved, (None, (1 << lane_bits) - 1)), 0
+        larger, smaller = ("max_s", "min_s") if is_signed else ("max_u", "min_u")
+        total = self.src(read, 2) if "add" in inst.modifiers else None
+        for i in range(lanes):
+            x, y = lane(self.src(read, 0), i), lane(self.src(read, 1), i)
+            difference = (self.op("sub", (self.op(larger, x, y), 0), (self.op(smaller, x, y), 0)), 0)
+            if "add" not in inst.modifiers and i:
+                difference = (self.op("shl", difference, (None, lane_bits * i)), 0)
+            last = i == lanes - 1
+            total = difference if total is None else \
+                (self.op("add", total, difference, dst=dst if last else None), 0)
 
     def _op_prmt(self, read, dst):
         inst = self.inst

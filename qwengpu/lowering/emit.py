@@ -15,7 +15,7 @@ instruction modules the Emitter is made of:
     memory.MemoryOps          ld / st / atom / red
     addressing.AddressOps     arithmetic whose result is an address or a byte offset
     arithmetic.ArithmeticOps  add ... mul / div / rem, setp, selp, cvt, mov
-    bits.BitOps               popc, clz, brev, bfe, bfi, shf, prmt
+    bits.BitOps               popc, clz, brev, bfe, bfi, shf, prmt, lop3, vabsdiff2 / 4
     warp.WarpOps              shfl, vote, activemask, redux; %laneid, %warpid, %lanemask_*
 
 Example::

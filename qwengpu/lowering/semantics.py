@@ -94,9 +94,42 @@ def prmt(a: int, b: int, selector: int) -> int:
     return out
 
 
+def _packed_lanes(base: str, is_signed: bool, values: list[int]) -> int:
+    """add / sub / min / max of two 16-bit lanes a word (.u16x2 / .s16x2), each lane on its own."""
+    result = 0
+    for lane in range(2):
+        x, y = ((v >> (16 * lane)) & 0xFFFF for v in values)
+        if is_signed:
+            x, y = to_signed(x, 16), to_signed(y, 16)
+        r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y)}[base]
+        result |= (r & 0xFFFF) << (16 * lane)
+    return result
+
+
+def _absolute_differences(lanes: int, inst: Instruction, values: list[int]) -> int | None:
+    """PTX's vabsdiff2 / vabsdiff4 with the default lane selectors and mask: |a - b| of each lane (.s32: signed
+    lanes), in its lane, or with .add their sum plus c."""
+    if not set(inst.modifiers) <= {"u32", "s32", "add"} or len(set(inst.modifiers) - {"add"}) != 1:
+        return None
+    bits = 32 // lanes
+    parts = []
+    for lane in range(lanes):
+        x, y = ((v >> (bits * lane)) & ((1 << bits) - 1) for v in values[:2])
+        if "s32" in inst.modifiers:
+            x, y = to_signed(x, bits), to_signed(y, bits)
+        parts.append(abs(x - y))
+    if "add" in inst.modifiers:
+        return (sum(parts) + values[2]) & 0xFFFFFFFF
+    return sum((p & ((1 << bits) - 1)) << (bits * lane) for lane, p in enumerate(parts))
+
+
 def fold(inst: Instruction, values: list[int]) -> int | None:
     """The destination value of ``inst`` given its source values; None for what the folder does not know."""
     base, mods = inst.base, inst.modifiers
+    if mods in (("u16x2",), ("s16x2",)) and base in ("add", "sub", "min", "max") and len(values) == 2:
+        return _packed_lanes(base, mods[0][0] == "s", values)
+    if base in ("vabsdiff2", "vabsdiff4") and len(values) == 3:
+        return _absolute_differences(int(base[-1]), inst, values)
     typed = types(inst)
     if not typed or not values:
         return None
@@ -185,6 +218,15 @@ def fold(inst: Instruction, values: list[int]) -> int | None:
         return bfi(a, b, v[2], v[3], bits)
     if base == "prmt":
         return prmt(a, b, v[2])
+    if base == "lop3":                          # the LUT's bit (a << 2 | b << 1 | c) for each bit position
+        if len(v) != 4 or "b32" not in mods:
+            return None
+        a, b, c, lut = v
+        result = 0
+        for row in range(8):
+            if lut >> row & 1:
+                result |= (a if row & 4 else ~a) & (b if row & 2 else ~b) & (c if row & 1 else ~c)
+        return result & mask
     if base == "shf":
         n = v[2] & 0xFFFFFFFF
         n = n & 31 if "wrap" in mods else min(n, 32)

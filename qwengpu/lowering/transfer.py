@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..isa import MachineError
 from ..ptx import Instruction, Mem, Reg
 from .floats import is_float_type
+from .packed import PACKED
 from .semantics import bits_of, fold, types
 from .values import (DYNAMIC, MASK32, MASK64, Affine, Const, Context, destination, join, make_reader,
                      signed, signed_value, unsupported, width)
@@ -53,9 +54,13 @@ def registers_read(inst: Instruction) -> set[str]:
 def check_integer(inst: Instruction) -> None:
     """Floating point is refused by name: the machine's ALU has integer ops only (the float32 instructions that are
     integer work were rewritten before: lowering.floats)."""
-    if any(is_float_type(m) for m in inst.modifiers) or FLOAT_MODIFIERS & set(inst.modifiers):
+    if any(is_float_type(m) for m in inst.modifiers) or FLOAT_MODIFIERS & set(inst.modifiers) - {"sat"}:
         raise MachineError(f"unsupported PTX instruction at line {inst.line} (the machine has no floating point): "
                            f"{inst.text}", line=inst.line)
+    if "sat" in inst.modifiers:
+        raise unsupported(inst, "an integer instruction that saturates (.sat) is not built")
+    if any(PACKED.fullmatch(m) for m in inst.modifiers):     # what lowering.packed does not rewrite
+        raise unsupported(inst, "of the instructions on packed lanes, add / sub / min / max .u16x2 / .s16x2 run")
 
 
 def param_value(inst: Instruction, context: Context) -> Const:
