@@ -1,4 +1,5 @@
 """CUDA's SIMD intrinsics (``__vadd4``, ``__vsadu2``, ``__vcmpgts4``, ... : two 16-bit or four 8-bit lanes of a word)
+and sm_90's DPX intrinsics (``__vimax3_s32``, ``__viaddmin_u16x2``, ``__vibmax_s32``, ``__vimax_s16x2_relu``, ...)
 on the machine, against their definitions in CUDA's Math API, written here in Python's integers.
 
 CUDA's headers write them as inline PTX: lane-wise ``add.u16x2`` / ``max.s16x2``, the SIMD video instructions
@@ -123,3 +124,123 @@ def test_a_simd_intrinsic_equals_its_definition(name, fn, arity):
         got += [int(v) & 0xFFFFFFFF for v in dev.read(0, 8)]
     want = [fn(x, y, bits) & 0xFFFFFFFF for x, y in zip(a, b)]
     assert got == want, [(hex(x), hex(y), hex(g), hex(w)) for x, y, g, w in zip(a, b, got, want) if g != w][:4]
+
+
+# sm_90's DPX intrinsics: three-way and add-then min / max, with .relu, and the ones that say which operand won.
+# name -> (its definition, arity, lane bits, signed lanes)
+def _dpx(fn_of):
+    """An intrinsic that maps the operands' lanes (signed or unsigned) to a lane of the result."""
+    def intrinsic(words, bits, signed):
+        lanes = [_lanes(w, bits) for w in words]
+        if signed:
+            lanes = [[_signed(v, bits) for v in lane] for lane in lanes]
+        return _word([fn_of(*values) for values in zip(*lanes)], bits)
+    return intrinsic
+
+
+DPX = {}
+for _op, _pick in (("max", max), ("min", min)):
+    for _type in ("s32", "u32", "s16x2", "u16x2"):
+        _bits = 16 if _type.endswith("x2") else 32
+        _is_signed = _type[0] == "s"
+        DPX[f"__vi{_op}3_{_type}"] = (_dpx(lambda a, b, c, p=_pick: p(a, b, c)), 3, _bits, _is_signed)
+        DPX[f"__viadd{_op}_{_type}"] = (_dpx(lambda a, b, c, p=_pick, n=_bits, s=_is_signed: p(
+            _signed((a + b) & ((1 << n) - 1), n) if s else (a + b) & ((1 << n) - 1), c)), 3, _bits, _is_signed)
+        if _is_signed:      # .relu: a negative result is 0
+            DPX[f"__vi{_op}_{_type}_relu"] = (_dpx(lambda a, b, p=_pick: max(p(a, b), 0)), 2, _bits, True)
+            DPX[f"__vi{_op}3_{_type}_relu"] = (_dpx(lambda a, b, c, p=_pick: max(p(a, b, c), 0)), 3,
+                                                _bits, True)
+            DPX[f"__viadd{_op}_{_type}_relu"] = (_dpx(lambda a, b, c, p=_pick, n=_bits: max(p(_signed(
+                (a + b) & ((1 << n) - 1), n), c), 0)), 3, _bits, True)
+
+
+@pytest.mark.parametrize("name", sorted(DPX))
+def test_a_dpx_intrinsic_equals_its_definition(name):
+    fn, arity, bits, signed = DPX[name]
+    args = ", ".join(["a[i]", "b[i]", "c[i]"][:arity])
+    source = (f'extern "C" __global__ void k(unsigned *y, const unsigned *a, const unsigned *b, const unsigned *c) '
+              f'{{ int i = threadIdx.x; y[i] = {name}({args}); }}')
+    rng = np.random.default_rng(sum(map(ord, name)))
+    words = [EDGES + [int(v) for v in rng.integers(0, 1 << 32, 4)] for _ in range(3)]
+    words[1], words[2] = words[1][::-1], words[2][5:] + words[2][:5]
+    dev = Device()
+    kernel = dev.load_kernel(source, "k")
+    got = []
+    for start in range(0, len(words[0]), 8):
+        for k in range(3):
+            dev.write(8 * (k + 1), np.array(words[k][start:start + 8], dtype=np.uint32).view(np.int32))
+        dev.launch(kernel, threads=8, args=[0, 8, 16, 24])
+        got += [int(v) & 0xFFFFFFFF for v in dev.read(0, 8)]
+    want = [fn(list(ws)[:arity], bits, signed) & 0xFFFFFFFF for ws in zip(*words)]
+    assert got == want, [(g, w) for g, w in zip(got, want) if g != w][:4]
+
+
+@pytest.mark.parametrize("name", ["__vibmax_s32", "__vibmin_u32", "__vibmax_u16x2", "__vibmin_s16x2"])
+def test_a_dpx_intrinsic_says_which_operand_won(name):
+    """__vibmax / __vibmin: the max / min, and (per lane) whether a won: a >= b for max, a <= b for min."""
+    bits = 16 if name.endswith("x2") else 32
+    signed, pick = name.split("_")[-1][0] == "s", max if "max" in name else min
+    won = (lambda p, q: p >= q) if "max" in name else (lambda p, q: p <= q)
+    flags = "bool hi, lo; y[i] = {}(a[i], b[i], &hi, &lo); y[i + 8] = 2 * hi + lo;" if bits == 16 else \
+        "bool p; y[i] = {}(a[i], b[i], &p); y[i + 8] = p;"
+    source = (f'extern "C" __global__ void k(unsigned *y, const unsigned *a, const unsigned *b) '
+              f'{{ int i = threadIdx.x; {flags.format(name)} }}')
+    a, b = EDGES[:8], EDGES[4:] + EDGES[:4]
+    dev = Device()
+    dev.write(16, np.array(a, dtype=np.uint32).view(np.int32))
+    dev.write(24, np.array(b, dtype=np.uint32).view(np.int32))
+    dev.launch(dev.load_kernel(source, "k"), threads=8, args=[0, 16, 24])
+    got = [int(v) & 0xFFFFFFFF for v in dev.read(0, 16)]
+    for i, (x, y) in enumerate(zip(a, b)):
+        xs, ys = _lanes(x, bits), _lanes(y, bits)
+        if signed:
+            xs, ys = [_signed(v, bits) for v in xs], [_signed(v, bits) for v in ys]
+        assert got[i] == _word([pick(p, q) for p, q in zip(xs, ys)], bits), (hex(x), hex(y))
+        assert got[8 + i] == sum(won(p, q) << k for k, (p, q) in enumerate(zip(xs, ys))), (hex(x), hex(y))
+
+
+DOT = r'''
+extern "C" __global__ void int8_dot(int *y, const int *x, const int *w, int words) {
+    int acc = 0;
+    for (int k = 0; k < words; ++k) acc = __dp4a(x[threadIdx.x * words + k], w[k], acc);
+    y[threadIdx.x] = acc;
+}
+extern "C" __global__ void dots(unsigned *y, const unsigned *a, const unsigned *b, const unsigned *c) {
+    int i = threadIdx.x;
+    y[i] = __dp4a(a[i], b[i], c[i]);
+    y[i + 4] = __dp2a_lo((int)a[i], (int)b[i], (int)c[i]);
+    y[i + 8] = __dp2a_hi(a[i], b[i], c[i]);
+}'''
+
+
+def test_an_int8_dot_product_by_dp4a_equals_numpys():
+    """The int8 inference idiom: rows of int8 weights packed four to a word, multiplied and summed by __dp4a (PTX's
+    dp4a.s32.s32), against numpy's int32 dot product."""
+    rng = np.random.default_rng(4)
+    x = rng.integers(-128, 128, (4, 12), dtype=np.int8)
+    x[0, :4] = -128
+    w = rng.integers(-128, 128, 12, dtype=np.int8)
+    w[:4] = -128
+    dev = Device()
+    dev.write(8, x.view(np.int32).ravel())
+    dev.write(24, w.view(np.int32))
+    dev.launch(dev.load_kernel(DOT, "int8_dot"), threads=4, args=[0, 8, 24, 3])
+    np.testing.assert_array_equal(dev.read(0, 4), x.astype(np.int32) @ w.astype(np.int32))
+
+
+def test_unsigned_dp4a_and_dp2a_equal_their_definitions():
+    """__dp4a of unsigned bytes, __dp2a_lo of signed halves and bytes 0-1, __dp2a_hi of unsigned ones and bytes 2-3,
+    each plus c (wrapping at 32 bits), against Python's integers."""
+    a, b, c = EDGES[:4], EDGES[4:8], [0xFFFFFFFF, 7, 0x80000000, 0x12345678]
+    dev = Device()
+    for k, words in enumerate((a, b, c)):
+        dev.write(16 + 4 * k, np.array(words, dtype=np.uint32).view(np.int32))
+    dev.launch(dev.load_kernel(DOT, "dots"), threads=4, args=[0, 16, 20, 24])
+    got = [int(v) & 0xFFFFFFFF for v in dev.read(0, 12)]
+    for i in range(4):
+        ab, bb = _lanes(a[i], 8), _lanes(b[i], 8)
+        ah, bs = [_signed(v, 16) for v in _lanes(a[i], 16)], [_signed(v, 8) for v in bb]
+        assert got[i] == (c[i] + sum(p * q for p, q in zip(ab, bb))) & 0xFFFFFFFF
+        assert got[i + 4] == (_signed(c[i], 32) + ah[0] * bs[0] + ah[1] * bs[1]) & 0xFFFFFFFF
+        au = _lanes(a[i], 16)
+        assert got[i + 8] == (c[i] + au[0] * bb[2] + au[1] * bb[3]) & 0xFFFFFFFF

@@ -249,26 +249,49 @@ class BitOps:
             raise unsupported(inst, f"{inst.base} of .u32 or .s32 lanes, with .add or without")
         is_signed = types[0] == "s32"
         lanes = 32 // lane_bits
-
-        def lane(x: tuple, i: int) -> tuple:
-            if is_signed:       # the lane's top bit moved to bit 31, then shifted back with its sign
-                left = 32 - lane_bits * (i + 1)
-                top = (self.op("shl", x, (None, left)), 0) if left else x
-                return self.op("shr_s", top, (None, 32 - lane_bits)), 0
-            if i == lanes - 1:
-                return self.op("shr_u", x, (None, 32 - lane_bits)), 0
-            moved = (self.op("shr_u", x, (None, lane_bits * i)), 0) if i else x
-            return self.op("and", moved, (None, (1 << lane_bits) - 1)), 0
         larger, smaller = ("max_s", "min_s") if is_signed else ("max_u", "min_u")
         total = self.src(read, 2) if "add" in inst.modifiers else None
         for i in range(lanes):
-            x, y = lane(self.src(read, 0), i), lane(self.src(read, 1), i)
+            x = self._lane(self.src(read, 0), i, lane_bits, is_signed)
+            y = self._lane(self.src(read, 1), i, lane_bits, is_signed)
             difference = (self.op("sub", (self.op(larger, x, y), 0), (self.op(smaller, x, y), 0)), 0)
             if "add" not in inst.modifiers and i:
                 difference = (self.op("shl", difference, (None, lane_bits * i)), 0)
             last = i == lanes - 1
             total = difference if total is None else \
                 (self.op("add", total, difference, dst=dst if last else None), 0)
+
+    def _lane(self, x: tuple, i: int, lane_bits: int, is_signed: bool) -> tuple:
+        """Lane i (of ``lane_bits`` bits) of a word, sign- or zero-extended."""
+        if is_signed:       # the lane's top bit moved to bit 31, then shifted back with its sign
+            left = 32 - lane_bits * (i + 1)
+            top = (self.op("shl", x, (None, left)), 0) if left else x
+            return self.op("shr_s", top, (None, 32 - lane_bits)), 0
+        if lane_bits * (i + 1) == 32:
+            return self.op("shr_u", x, (None, 32 - lane_bits)), 0
+        moved = (self.op("shr_u", x, (None, lane_bits * i)), 0) if i else x
+        return self.op("and", moved, (None, (1 << lane_bits) - 1)), 0
+
+    def _op_dp4a(self, read, dst):
+        """``__dp4a``: c plus the four products of a's and b's bytes, each byte signed or unsigned as its type."""
+        self._dot_product(read, dst, [(0, 0), (1, 1), (2, 2), (3, 3)], 8)
+
+    def _op_dp2a(self, read, dst):
+        """``__dp2a_lo`` / ``_hi``: c plus a's two 16-bit halves times b's two low (.lo) or high (.hi) bytes."""
+        first = 2 if "hi" in self.inst.modifiers else 0
+        self._dot_product(read, dst, [(0, first), (1, first + 1)], 16)
+
+    def _dot_product(self, read, dst, pairs: list, a_bits: int) -> None:
+        inst = self.inst
+        types = [m for m in inst.modifiers if m in ("u32", "s32")]
+        if len(types) != 2 or set(inst.modifiers) - {"u32", "s32", "lo", "hi"}:
+            raise unsupported(inst, f"{inst.base} takes the types of a and b (.u32 / .s32)")
+        total = self.src(read, 2)
+        for k, (i, j) in enumerate(pairs):
+            x = self._lane(self.src(read, 0), i, a_bits, types[0] == "s32")
+            y = self._lane(self.src(read, 1), j, 8, types[1] == "s32")
+            product = (self.op("mul", x, y), 0)
+            total = (self.op("add", total, product, dst=dst if k == len(pairs) - 1 else None), 0)
 
     def _op_prmt(self, read, dst):
         inst = self.inst

@@ -1,4 +1,5 @@
-"""Packed 16-bit lanes as word instructions: PTX's ``.u16x2`` / ``.s16x2`` add, sub, min and max.
+"""Packed 16-bit lanes, and ``.relu``, as plain word instructions: PTX's ``.u16x2`` / ``.s16x2`` add, sub, min and
+max, and ``min`` / ``max .relu``.
 
 sm_90's PTX adds and compares two 16-bit lanes of a word at once; CUDA's SIMD intrinsics (``__vadd2``,
 ``__vsub2``, ``__vmaxs2``, ``__vabsdiffs2``, ...) write these in inline assembly. The machine's ops are 32-bit, so
@@ -12,7 +13,10 @@ instructions, before the later stages read any, so they see integer PTX only:
   ``((a | 0x80008000) - (b & 0x7fff7fff)) ^ ((a ^ ~b) & 0x80008000)``, 6 instructions;
 - min / max: the lanes taken apart (sign- or zero-extended), compared as words, put together: 9 instructions.
 
-Any other instruction on packed lanes (``max.relu``, a type of more lanes) is refused naming it.
+``min`` / ``max .relu`` (``.s32`` and ``.s16x2``: sm_90's DPX, CUDA's ``__vimax_s32_relu``, ``__vimin3_s16x2_relu``)
+gives 0 for a negative result, or a negative lane: the plain instruction, then a ``max`` with 0 (the later stages
+would read a ``.relu`` they did not know as the plain instruction, silently). Any other instruction on packed lanes
+(a type of more lanes, ``.relu`` of unsigned lanes) is refused naming it.
 
 Example::
 
@@ -38,12 +42,13 @@ PACKED = re.compile(r"[usb]\d+x\d+")
 
 
 def is_packed(inst: Instruction) -> bool:
-    """Whether an instruction computes on packed integer lanes (a type such as ``.u16x2``)."""
-    return any(PACKED.fullmatch(m) for m in inst.modifiers)
+    """Whether an instruction computes on packed integer lanes (a type such as ``.u16x2``) or has ``.relu``."""
+    return "relu" in inst.modifiers or any(PACKED.fullmatch(m) for m in inst.modifiers)
 
 
 def rewrite(kernel: Kernel) -> Kernel:
-    """The kernel with each ``.u16x2`` / ``.s16x2`` add, sub, min and max written as word instructions."""
+    """The kernel with each ``.u16x2`` / ``.s16x2`` add, sub, min and max, and each ``.relu``, written as word
+    instructions."""
     if not any(isinstance(i, Instruction) and is_packed(i) for i in kernel.body):
         return kernel
     builder = _Builder(kernel)
@@ -57,6 +62,16 @@ class _Builder(Rewriter):
 
     def rewrite(self, inst: Instruction) -> None:
         self.inst = inst
+        if "relu" in inst.modifiers:
+            mods = tuple(m for m in inst.modifiers if m != "relu")
+            if inst.base not in ("min", "max") or mods not in (("s32",), ("s16x2",)) or len(inst.operands) != 3:
+                raise unsupported(inst, ".relu is built on min / max .s32 and .s16x2")
+            result = self.temp("b32")
+            self._plain(Instruction(f"{inst.base}.{mods[0]}", (result,) + inst.operands[1:], None, False,
+                                    inst.line, inst.text))
+            self._plain(Instruction(f"max.{mods[0]}", (inst.operands[0], result, Imm(0)), inst.guard,
+                                    inst.guard_negated, inst.line, inst.text))
+            return
         if inst.base not in ("add", "sub", "min", "max") or inst.modifiers not in (("u16x2",), ("s16x2",)) \
                 or len(inst.operands) != 3:
             raise unsupported(inst, "of the instructions on packed lanes, add / sub / min / max .u16x2 / .s16x2 run")
@@ -78,6 +93,13 @@ class _Builder(Rewriter):
                              self._high_lane(b, kind))
             moved = self.emit("shl.b32", self.temp("b32"), high, Imm(16))
             self.emit("or.b32", dst, moved, self._and(low, 0xFFFF), guarded=True)
+
+    def _plain(self, inst: Instruction) -> None:
+        """An instruction without .relu: written as word instructions where its lanes are packed, else kept."""
+        if is_packed(inst):
+            self.rewrite(inst)
+        else:
+            self.body.append(inst)
 
     def _and(self, x, mask: int):
         return self.emit("and.b32", self.temp("b32"), x, Imm(mask))

@@ -94,14 +94,16 @@ def prmt(a: int, b: int, selector: int) -> int:
     return out
 
 
-def _packed_lanes(base: str, is_signed: bool, values: list[int]) -> int:
-    """add / sub / min / max of two 16-bit lanes a word (.u16x2 / .s16x2), each lane on its own."""
+def _packed_lanes(base: str, is_signed: bool, relu: bool, values: list[int]) -> int:
+    """add / sub / min / max of two 16-bit lanes a word (.u16x2 / .s16x2), each lane on its own; with .relu a
+    negative lane is 0."""
     result = 0
     for lane in range(2):
         x, y = ((v >> (16 * lane)) & 0xFFFF for v in values)
         if is_signed:
             x, y = to_signed(x, 16), to_signed(y, 16)
         r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y)}[base]
+        r = max(r, 0) if relu else r
         result |= (r & 0xFFFF) << (16 * lane)
     return result
 
@@ -123,11 +125,32 @@ def _absolute_differences(lanes: int, inst: Instruction, values: list[int]) -> i
     return sum((p & ((1 << bits) - 1)) << (bits * lane) for lane, p in enumerate(parts))
 
 
+def _dot_product(base: str, mods: tuple, values: list[int]) -> int | None:
+    """dp4a: c + the products of a's and b's bytes; dp2a: c + a's 16-bit halves times b's bytes 0, 1 (.lo) or 2,
+    3 (.hi); each part signed or unsigned as its operand's type."""
+    typed = [m for m in mods if m in ("u32", "s32")]
+    if len(typed) != 2:
+        return None
+    a_bits = 8 if base == "dp4a" else 16
+    first = 2 if "hi" in mods else 0
+    total = values[2]
+    for i in range(4 if base == "dp4a" else 2):
+        x = (values[0] >> (a_bits * i)) & ((1 << a_bits) - 1)
+        y = (values[1] >> (8 * (i if base == "dp4a" else first + i))) & 0xFF
+        x = to_signed(x, a_bits) if typed[0] == "s32" else x
+        y = to_signed(y, 8) if typed[1] == "s32" else y
+        total += x * y
+    return total & 0xFFFFFFFF
+
+
 def fold(inst: Instruction, values: list[int]) -> int | None:
     """The destination value of ``inst`` given its source values; None for what the folder does not know."""
     base, mods = inst.base, inst.modifiers
-    if mods in (("u16x2",), ("s16x2",)) and base in ("add", "sub", "min", "max") and len(values) == 2:
-        return _packed_lanes(base, mods[0][0] == "s", values)
+    lanes = [m for m in mods if m in ("u16x2", "s16x2")]
+    if lanes and set(mods) <= {lanes[0], "relu"} and base in ("add", "sub", "min", "max") and len(values) == 2:
+        return _packed_lanes(base, lanes[0][0] == "s", "relu" in mods, values)
+    if base in ("dp4a", "dp2a") and len(values) == 3:
+        return _dot_product(base, inst.modifiers, values)
     if base in ("vabsdiff2", "vabsdiff4") and len(values) == 3:
         return _absolute_differences(int(base[-1]), inst, values)
     typed = types(inst)
@@ -204,7 +227,8 @@ def fold(inst: Instruction, values: list[int]) -> int | None:
         return a >> b if b < bits else 0
     if base in ("min", "max"):
         x, y = (sa, sb) if is_signed else (a, b)
-        return (min(x, y) if base == "min" else max(x, y)) & mask
+        r = min(x, y) if base == "min" else max(x, y)
+        return (max(r, 0) if "relu" in mods else r) & mask       # .relu: a negative result is 0
     if base in ("div", "rem"):
         if b == 0:
             return mask if base == "div" else a

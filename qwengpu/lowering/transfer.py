@@ -59,7 +59,7 @@ def check_integer(inst: Instruction) -> None:
                            f"{inst.text}", line=inst.line)
     if "sat" in inst.modifiers:
         raise unsupported(inst, "an integer instruction that saturates (.sat) is not built")
-    if any(PACKED.fullmatch(m) for m in inst.modifiers):     # what lowering.packed does not rewrite
+    if "relu" in inst.modifiers or any(PACKED.fullmatch(m) for m in inst.modifiers):  # not lowering.packed's
         raise unsupported(inst, "of the instructions on packed lanes, add / sub / min / max .u16x2 / .s16x2 run")
 
 
