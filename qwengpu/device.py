@@ -642,9 +642,8 @@ class Device:
             for line in lines:
                 self.printed.append(line)
                 sys.stdout.write(line)
-            if form.fatal:          # CUDA's device-side assert: the launch stops (and is rolled back here)
-                raise MachineError(f"kernel {self._launch['kernel'].name}: device-side assert triggered "
-                                   f"(cudaErrorAssert): {lines[0].strip()}")
+            if form.fatal:          # CUDA's device-side assert, or a trap: the launch stops (and is rolled back here)
+                raise MachineError(f"kernel {self._launch['kernel'].name}: {form.stops}: {lines[0].strip()}")
 
     def _spin_wait(self, index: int, next_token: int) -> Wait | None:
         """A record of a spin block (a load and a conditional branch back to itself) that branched back: what it

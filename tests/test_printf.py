@@ -212,6 +212,28 @@ def test_a_failing_assert_stops_the_launch_naming_each_failing_thread(capsys):
     np.testing.assert_array_equal(dev.read(y, 16), values)
 
 
+TRAPPING = ('extern "C" __global__ void guard(int *y, int bad) {\n'
+            '    if (y[threadIdx.x] == bad) __trap();\n'
+            '    y[threadIdx.x] *= 2;\n'
+            '}\n')
+
+
+def test_a_trap_stops_the_launch_naming_the_thread(capsys):
+    """__trap() (PTX's trap) aborts a GPU's kernel: the launch raises naming the block and thread that trapped, and
+    memory is left as before it; where no thread traps the kernel runs on."""
+    dev = Device()
+    kernel = dev.load_kernel(TRAPPING, "guard")
+    dev.write(0, [3, 4, 5, 6, 7, 8])
+    dev.launch(kernel, threads=6, args=[0, 99])
+    np.testing.assert_array_equal(dev.read(0, 6), [6, 8, 10, 12, 14, 16])
+    with pytest.raises(MachineError, match=r"kernel guard: the launch aborted at a trap: block: \[0,0,0\], thread: "
+                                           r"\[5,0,0\] executed trap \(__trap\(\)\)"):
+        dev.launch(kernel, threads=6, args=[0, 16])
+    assert dev.printed == ["block: [0,0,0], thread: [5,0,0] executed trap (__trap())\n"]
+    assert capsys.readouterr().out == "".join(dev.printed)
+    np.testing.assert_array_equal(dev.read(0, 6), [6, 8, 10, 12, 14, 16])
+
+
 def test_an_argument_written_again_before_the_call_is_refused():
     """The console stores read an argument's register at the call: one written again after its store into the
     buffer (hand-edited PTX; NVRTC does not do it) would print the later value, so it is refused."""

@@ -195,6 +195,37 @@ def test_the_lanes_special_registers(threads):
         np.testing.assert_array_equal(got[row], u32(mask & 0xFFFFFFFF))
 
 
+MATCH = r'''
+extern "C" __global__ void match(unsigned *out, const int *x, int n) {
+    int t = threadIdx.x;
+    if (t < n) {                      // a last warp's lanes past n are not active
+        out[t] = __match_any_sync(__activemask(), x[t]);
+        int p;
+        out[t + 8] = __match_all_sync(__activemask(), x[t] & 1, &p);
+        out[t + 16] = p;
+    }
+}'''
+
+
+@pytest.mark.parametrize("n, x", [(8, [3, 5, 3, 3, 7, 7, 7, 7]), (7, [1, 1, 2, 1, 4, 6, 4, 9]),
+                                  (6, [2, 4, 6, 8, 5, 5, 0, 0]), (8, [-1, 0, -1, 0, 9, 9, 8, 9])])
+def test_warp_matches_follow_the_isa(n, x):
+    """__match_any_sync: the active lanes of the warp holding this lane's value; __match_all_sync: the active lanes
+    if all hold one value (and p = 1), else 0 (p = 0). Threads 0..n-1 active, in warps of 4 lanes."""
+    dev = Device()
+    dev.write(32, np.array(x, dtype=np.int32))
+    dev.write(0, np.full(24, 0x5A5A5A5A, dtype=np.int32))
+    dev.launch(dev.load_kernel(MATCH, "match"), threads=8, args=[0, 32, n])
+    got = dev.read(0, 24).view(np.uint32).reshape(3, 8)
+    for w in warps(n):
+        active = sum(1 << (t % WARP_SIZE) for t in w)
+        alike = len({x[t] & 1 for t in w}) == 1
+        for t in w:
+            assert got[0, t] == sum(1 << (u % WARP_SIZE) for u in w if x[u] == x[t])
+            assert (got[1, t], got[2, t]) == ((active, 1) if alike else (0, 0))
+    assert (got[:, n:] == 0x5A5A5A5A).all()
+
+
 # ------------------------------------------------------------------------------------------------ other backends
 
 def test_the_circuit_writes_the_interpreters_tokens_for_a_warp_sum():
@@ -221,7 +252,7 @@ KERNEL = '''extern "C" __global__ void k(int *out, int c) {{ unsigned v; {body} 
     ('asm volatile("mov.u32 %0, %%globaltimer_lo;" : "=r"(v));', "globaltimer_lo"),
     ('v = __shfl_sync(0xffffffff, threadIdx.x, 1, out[0]);', "width) must be known at launch"),
     ('asm volatile("{ .reg .pred p, q; setp.lt.u32 p|q, %1, 2; selp.u32 %0, 1, 0, q; }" : "=r"(v) : '
-     '"r"(threadIdx.x));', "second destination (d|p) is supported on shfl only"),
+     '"r"(threadIdx.x));', "second destination (d|p) is supported on shfl and match.all only"),
 ])
 def test_what_is_refused_is_named(body, words):
     """A clock, a timer, a shuffle width the machine would have to compute, setp's second destination: refused

@@ -252,8 +252,8 @@ class BitOps:
         larger, smaller = ("max_s", "min_s") if is_signed else ("max_u", "min_u")
         total = self.src(read, 2) if "add" in inst.modifiers else None
         for i in range(lanes):
-            x = self._lane(self.src(read, 0), i, lane_bits, is_signed)
-            y = self._lane(self.src(read, 1), i, lane_bits, is_signed)
+            x = self._word_lane(self.src(read, 0), i, lane_bits, is_signed)
+            y = self._word_lane(self.src(read, 1), i, lane_bits, is_signed)
             difference = (self.op("sub", (self.op(larger, x, y), 0), (self.op(smaller, x, y), 0)), 0)
             if "add" not in inst.modifiers and i:
                 difference = (self.op("shl", difference, (None, lane_bits * i)), 0)
@@ -261,7 +261,7 @@ class BitOps:
             total = difference if total is None else \
                 (self.op("add", total, difference, dst=dst if last else None), 0)
 
-    def _lane(self, x: tuple, i: int, lane_bits: int, is_signed: bool) -> tuple:
+    def _word_lane(self, x: tuple, i: int, lane_bits: int, is_signed: bool) -> tuple:
         """Lane i (of ``lane_bits`` bits) of a word, sign- or zero-extended."""
         if is_signed:       # the lane's top bit moved to bit 31, then shifted back with its sign
             left = 32 - lane_bits * (i + 1)
@@ -288,8 +288,8 @@ class BitOps:
             raise unsupported(inst, f"{inst.base} takes the types of a and b (.u32 / .s32)")
         total = self.src(read, 2)
         for k, (i, j) in enumerate(pairs):
-            x = self._lane(self.src(read, 0), i, a_bits, types[0] == "s32")
-            y = self._lane(self.src(read, 1), j, 8, types[1] == "s32")
+            x = self._word_lane(self.src(read, 0), i, a_bits, types[0] == "s32")
+            y = self._word_lane(self.src(read, 1), j, 8, types[1] == "s32")
             product = (self.op("mul", x, y), 0)
             total = (self.op("add", total, product, dst=dst if k == len(pairs) - 1 else None), 0)
 

@@ -18,7 +18,8 @@ CUDA's does.
 
 assert (NVRTC calls __assertfail where the condition is false) is a call of the same kind: the failing lane stores
 its block and thread indices, the device writes CUDA's line (``ASSERTION``) and stops the launch with CUDA's
-device-side assert error (``Format.fatal``). A run-time refusal (``refuse``: a path the machine does not run,
+device-side assert error (``Format.fatal``). So is ``__trap()`` (PTX's ``trap``), which aborts a GPU's kernel: the
+device writes which thread trapped (``TRAP``) and stops the launch. A run-time refusal (``refuse``: a path the machine does not run,
 qwengpu.lowering.paths) is one too: the thread's indices, then the device raises a ``MachineError`` naming the PTX
 instruction (``Format.refusal``) and puts the launch back.
 
@@ -57,14 +58,15 @@ class Format:
     o), "char" (c), "string" (s: the number of a string literal in ``strings``), "float" (f, e, g, promoted from a
     float32), "double" then "high" (f, e, g of a double: its two words), or "long" then "high" (a 64-bit argument
     of l / ll / z / j / t: its low word, then its high word).
-    ``fatal``: an assert's message (its words the failing thread's block and thread index), after which the launch
-    stops, as CUDA's device-side assert. ``refusal``: the PTX line of the instruction a run-time refusal stands for
-    (0 for a printf or an assert)."""
+    ``fatal``: an assert's message or a trap's (its words the failing thread's block and thread index), after which
+    the launch stops, as CUDA's device-side assert, with the error ``stops``. ``refusal``: the PTX line of the
+    instruction a run-time refusal stands for (0 for a printf, an assert or a trap)."""
     text: str
     kinds: tuple[str, ...]
     fatal: bool = False
     strings: tuple[str, ...] = ()       # a %s argument's word is the number of one of these string literals
     refusal: int = 0
+    stops: str = "device-side assert triggered (cudaErrorAssert)"
 
     def line(self, words: list[int]) -> str:
         """The text this call prints for one lane's argument words, as C's printf formats them."""
@@ -147,6 +149,7 @@ def conversions(text: str, where: str) -> list[tuple[str, int]]:
 
 # An assert's line, as CUDA writes it: where, the block and thread indices (the machine's words), the condition.
 ASSERTION = "{file}:{line}: {function}: block: [%d,%d,%d], thread: [%d,%d,%d] Assertion `{message}` failed.\n"
+TRAP = "block: [%d,%d,%d], thread: [%d,%d,%d] executed trap (__trap())\n"
 INDICES = ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%tid.x", "%tid.y", "%tid.z")
 
 
@@ -156,14 +159,14 @@ def rewrite(kernel):
     the console word, and the formats, one a call in the order of the calls' numbers. A kernel without either comes
     back as it is."""
     calls = [i for i, inst in enumerate(kernel.body) if isinstance(inst, Instruction)
-             and inst.base in ("printf", "assertfail", REFUSE)]
+             and inst.base in ("printf", "assertfail", "trap", REFUSE)]
     if not calls:
         return kernel, ()
     body = list(kernel.body)
     writes = collections.defaultdict(list)     # register -> the instructions that write it
     for i, inst in enumerate(body):
         if isinstance(inst, Instruction) and inst.operands and isinstance(inst.operands[0], Reg) \
-                and inst.base not in ("st", "red", "bra", "printf", "assertfail", REFUSE):
+                and inst.base not in ("st", "red", "bra", "printf", "assertfail", "trap", REFUSE):
             writes[inst.operands[0].name].append(i)
     defs = {name: sites[0] for name, sites in writes.items() if len(sites) == 1}    # registers written once
     numbers = _StringNumbers(kernel, body, writes)
@@ -175,6 +178,10 @@ def rewrite(kernel):
         if call.base == REFUSE:         # a path the machine does not run: the thread's indices, then the launch stops
             formats.append(Format(_refusal_text(kernel.name, call), ("int",) * len(INDICES), fatal=True,
                                   refusal=call.line))
+            replaced[i] = _indices(number, call)
+            continue
+        if call.base == "trap":         # __trap(): the thread's indices, then the launch stops as a GPU's aborts
+            formats.append(Format(TRAP, ("int",) * len(INDICES), fatal=True, stops="the launch aborted at a trap"))
             replaced[i] = _indices(number, call)
             continue
         if call.base == "assertfail":

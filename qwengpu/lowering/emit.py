@@ -16,7 +16,7 @@ instruction modules the Emitter is made of:
     addressing.AddressOps     arithmetic whose result is an address or a byte offset
     arithmetic.ArithmeticOps  add ... mul / div / rem, setp, selp, cvt, mov
     bits.BitOps               popc, clz, brev, bfe, bfi, shf, prmt, lop3, vabsdiff2 / 4
-    warp.WarpOps              shfl, vote, activemask, redux; %laneid, %warpid, %lanemask_*
+    warp.WarpOps              shfl, vote, activemask, match, redux; %laneid, %warpid, %lanemask_*
 
 Example::
 
@@ -738,8 +738,8 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         if guard != Const(1):
             pred = pred & Predicate.atom(inst.guard.name, inst.guard_negated)
         self.pred = pred
-        if inst.pair is not None and base != "shfl":
-            raise unsupported(inst, "a second destination (d|p) is supported on shfl only")
+        if inst.pair is not None and base not in ("shfl", "match"):
+            raise unsupported(inst, "a second destination (d|p) is supported on shfl and match.all only")
         for written in (destination(inst), inst.pair.name if inst.pair else None):
             if written in self.dynamic:
                 self._protect(written)

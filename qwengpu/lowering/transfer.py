@@ -27,7 +27,7 @@ __all__ = ["evaluate", "step", "guard_value", "make_reader", "sources", "WARP_IN
 
 # Instructions that exchange values between the lanes of a warp (lowering.warp): nothing about their results is
 # known before the machine runs.
-WARP_INSTRUCTIONS = ("shfl", "vote", "activemask", "redux")
+WARP_INSTRUCTIONS = ("shfl", "vote", "activemask", "redux", "match")
 
 FLOAT_MODIFIERS = {"rn", "rz", "rm", "rp", "ftz", "sat", "approx", "full"}
 
@@ -215,7 +215,7 @@ def step(inst: Instruction, state: dict, read, context: Context) -> str | None:
     if guard != Const(1):
         value = join(state.get(dst, Const(0)), value)
     state[dst] = value
-    if inst.pair is not None:           # shfl's "d|p": the predicate is the machine's too
+    if inst.pair is not None:           # shfl's and match.all's "d|p": the predicate is the machine's too
         state[inst.pair.name] = DYNAMIC
     return dst
 

@@ -1,4 +1,4 @@
-"""Warp-level instructions as machine ops: shuffles, votes, activemask, warp reductions and the lane-dependent
+"""Warp-level instructions as machine ops: shuffles, votes, activemask, matches, warp reductions and the lane-dependent
 special registers (mixed into ``emit.Emitter``).
 
 The machine has no path between the lanes of a warp except memory, and one warp runs at a time, so a value crosses
@@ -18,6 +18,8 @@ store and the load that follows it are consecutive records of one warp's run, wi
   predicate holds change it (ballot: an atomic or of 1 << lane), then every active lane loads it.
 - ``redux.sync.{add,min,max,and,or,xor}``: word 0 holds the op's identity, each active lane applies the op to it
   atomically (the machine's atomic block, lanes in order), then every active lane loads it.
+- ``match.any.sync`` / ``match.all.sync.b32``: the active lanes' mask (as activemask), then every active lane stores
+  its value in word ``lane`` and compares the four words with its own (a lane not active is left out by the mask).
 - ``membermask`` is not checked: the active lanes take part, as on a GPU where every active lane names itself.
 
 Values that depend only on the thread index (the source lane of a shuffle whose b and c are known at launch, 1 <<
@@ -286,6 +288,33 @@ class WarpOps:
 
     def _op_activemask(self, read, dst: str) -> None:
         self._vote_word(0, self.pred, ("or", self._lane_bits()), dst)
+
+    def _op_match(self, read, dst: str) -> None:
+        """``__match_any_sync`` / ``__match_all_sync``: the active lanes (activemask's word first, into a register),
+        then every active lane stores its value in its exchange word and compares the warp's words with its own.
+        any: the active lanes whose value equals this lane's; all: the active lanes where every one holds the same
+        value, else 0, and p (``d|p``) whether they do."""
+        inst = self.inst
+        kind = next((m for m in inst.modifiers if m in ("any", "all")), None)
+        if kind is None or width(inst) != 32 or len(sources(inst)) != 2 or (kind == "any") != (inst.pair is None):
+            raise unsupported(inst, "warp matches are match.any.sync.b32 d, a and match.all.sync.b32 d|p, a (32-bit "
+                                    "values)")
+        active = self.temp()
+        self._vote_word(0, self.pred, ("or", self._lane_bits()), active)
+        word, lane, value = self._exchange(), self._lane(), self.src(read, 0)
+        self.emit(MOp("a", value, store=(lane[0], (lane[1] + word) & MASK32)), self.pred)
+        same = None
+        for j in range(LANES):
+            equal = (self.op("eq", (None, word + j), value, load=True), 0)
+            bit = (self.op("shl", equal, (None, j)), 0) if j else equal
+            same = bit if same is None else (self.op("or", same, bit), 0)
+        if kind == "any":
+            self.op("and", same, (active, 0), dst=dst)
+            return
+        everyone = self.op("eq", (self.op("and", same, (active, 0)), 0), (active, 0))
+        self.op("mul", (active, 0), (everyone, 0), dst=dst)
+        if inst.pair.name in self.dynamic:
+            self.op("a", (everyone, 0), dst=inst.pair.name)
 
     def _op_redux(self, read, dst: str) -> None:
         inst = self.inst
