@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -188,6 +189,31 @@ def test_emitted_sequence_matches_ptx_semantics(text, typ):
     for lane in range(8):
         sources = [values[o.name][lane] if hasattr(o, "name") else o.value for o in inst.operands[1:]]
         assert int(got[lane]) == fold(inst, [int(v) for v in sources]), (lane, a[lane], b[lane])
+
+
+@pytest.mark.parametrize("text, why", [
+    ("add.s32.bogus %r3, %r2, %r4;", "the modifier .bogus of add is not built"),
+    ("min.u32.relu %r3, %r2, %r4;", ".relu is built on min / max .s32 and .s16x2"),
+    ("add.sat.s32 %r3, %r2, %r4;", "an integer instruction that saturates (.sat) is not built"),
+    ("add.u8x4 %r3, %r2, %r4;", "add / sub / min / max .u16x2 / .s16x2 run"),
+])
+def test_a_modifier_the_lowering_does_not_read_is_refused_not_ignored(text, why):
+    """An arithmetic instruction with a modifier none of the builders reads is refused naming it, before the
+    launch, rather than run as the plain instruction."""
+    body = f"""
+    ld.param.u64 %rd1, [k_param_0];
+    ld.global.u32 %r2, [%rd1];
+    ld.global.u32 %r4, [%rd1+4];
+    {text}
+    st.global.u32 [%rd1+8], %r3;
+    ret;"""
+    k_text = HEADER + (".visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)\n{\n"
+                       ".reg .pred %p<8>; .reg .b32 %r<16>; .reg .b64 %rd<16>;\n" + body + "\n}\n")
+    dev = Device()
+    dev.write(0, [5, 6, 7])
+    with pytest.raises(MachineError, match=re.escape(why)):
+        dev.launch(dev.load_kernel(k_text, "k"), threads=1, args=[0, 0])
+    np.testing.assert_array_equal(dev.read(0, 3), [5, 6, 7])
 
 
 def test_every_lop3_truth_table_has_a_recipe_that_computes_it():

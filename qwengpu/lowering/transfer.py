@@ -31,6 +31,18 @@ WARP_INSTRUCTIONS = ("shfl", "vote", "activemask", "redux", "match")
 
 FLOAT_MODIFIERS = {"rn", "rz", "rm", "rp", "ftz", "sat", "approx", "full"}
 
+# The arithmetic and logic instructions, and the modifiers their builders read besides the types (lowering.
+# arithmetic, lowering.bits): the halves of a product, bfind's shift amount, a funnel shift's direction and mode,
+# vabsdiff's accumulate, setp's tests and combining ops, prmt's modes (the last two refused by their builders, by
+# name). Any other modifier on one of these instructions is refused: one the lowering did not read would run as the
+# plain instruction, silently (``max.relu`` once did).
+ALU = {"add", "sub", "mul", "mad", "div", "rem", "abs", "neg", "min", "max", "and", "or", "xor", "not", "cnot",
+       "shl", "shr", "shf", "popc", "clz", "brev", "bfe", "bfi", "bfind", "prmt", "lop3", "sad", "selp", "slct",
+       "setp", "cvt", "dp4a", "dp2a", "vabsdiff2", "vabsdiff4"}
+ALU_MODIFIERS = {"lo", "hi", "wide", "shiftamt", "l", "r", "wrap", "clamp", "add",
+                 "eq", "ne", "lt", "le", "gt", "ge", "ls", "hs", "equ", "neu", "ltu", "leu", "gtu", "geu", "num",
+                 "nan", "and", "or", "xor", "f4e", "b4e", "rc8", "ecl", "ecr", "rc16"}
+
 
 def sources(inst: Instruction) -> list:
     """The operands an instruction reads as values (memory operands excluded), in order."""
@@ -61,6 +73,10 @@ def check_integer(inst: Instruction) -> None:
         raise unsupported(inst, "an integer instruction that saturates (.sat) is not built")
     if "relu" in inst.modifiers or any(PACKED.fullmatch(m) for m in inst.modifiers):  # not lowering.packed's
         raise unsupported(inst, "of the instructions on packed lanes, add / sub / min / max .u16x2 / .s16x2 run")
+    if inst.base in ALU:
+        unknown = [m for m in inst.modifiers if m not in ALU_MODIFIERS and bits_of(m) is None and m != "pred"]
+        if unknown:
+            raise unsupported(inst, f"the modifier .{unknown[0]} of {inst.base} is not built")
 
 
 def param_value(inst: Instruction, context: Context) -> Const:
