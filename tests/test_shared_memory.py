@@ -267,16 +267,61 @@ def test_partial_barriers_are_refused_by_name():
         dev.launch(k, threads=8, args=[0])
 
 
-def test_syncwarp_is_free_and_does_not_park():
-    """``__syncwarp()`` (bar.warp.sync): a warp's lanes run in step, so it costs nothing, with any number of warps."""
+def test_syncwarp_of_one_machine_warps_lanes_is_free_and_of_more_parks():
+    """``__syncwarp(mask)`` (bar.warp.sync): lanes of one of the machine's 4-lane warps run in step, so a mask of
+    them costs nothing; the full mask names lanes that are other warps here, so with several warps it is a barrier
+    of the block (it parks)."""
+    def text(mask):
+        return _ptx(f"\tmov.u32 %r1, %tid.x;\n\tbar.warp.sync {mask};\n\tmul.wide.u32 %rd1, %r1, 4;\n"
+                    "\tld.param.u64 %rd2, [k_param_0];\n\tadd.s64 %rd3, %rd2, %rd1;\n\tst.global.u32 [%rd3], %r1;")
+    for mask, parks in ((0xF, False), (0xF0, False), (-1, True)):
+        dev = Device()
+        kernel = dev.load_kernel(text(mask), "k")
+        out = dev.alloc(8)
+        assert bool(kernel.program((out,), 8).parks) == parks, mask
+        dev.launch(kernel, threads=8, args=[out])
+        np.testing.assert_array_equal(dev.read(out, 8), np.arange(8))
+
+
+WARP_SYNCHRONOUS = r'''
+extern "C" __global__ void reduce(int *out, const int *in, int n) {
+    __shared__ int s[16];
+    int t = threadIdx.x;
+    s[t] = t < n ? in[t] : 0;
+    __syncthreads();
+    if (t < n) {                    // n threads: in one GPU warp, in 2 or 4 of the machine's warps
+        int v = s[t];
+        for (int o = n / 2; o > 0; o >>= 1) {
+            if (t < o) v += s[t + o];
+            __syncwarp();
+            if (t < o) s[t] = v;
+            __syncwarp();
+        }
+        if (t == 0) *out = v;
+    }
+}'''
+
+
+@pytest.mark.parametrize("n", [16, 8])
+def test_a_warp_synchronous_reduction_over_16_threads_equals_numpys(n):
+    """Code written for a GPU's 32-lane warp: 16 threads reduce through shared memory with __syncwarp() between
+    the steps. On a GPU they are one warp; on the machine they are 4 warps, which __syncwarp() makes meet (a barrier
+    of the block), so the sum is the GPU's (as a no-op it was 78, not 136: warp 0 ran ahead of the others)."""
     dev = Device()
-    k = dev.load_kernel(_ptx("\tmov.u32 %r1, %tid.x;\n\tbar.warp.sync -1;\n\tmul.wide.u32 %rd1, %r1, 4;\n"
-                             "\tld.param.u64 %rd2, [k_param_0];\n\tadd.s64 %rd3, %rd2, %rd1;\n"
-                             "\tst.global.u32 [%rd3], %r1;"), "k")
-    out = dev.alloc(8)
-    assert not k.program((out,), 8).parks
-    dev.launch(k, threads=8, args=[out])
-    np.testing.assert_array_equal(dev.read(out, 8), np.arange(8))
+    out, x = dev.alloc(1), dev.alloc(n)
+    values = np.arange(1, n + 1, dtype=np.int32)
+    dev.write(x, values)
+    dev.launch(dev.load_kernel(WARP_SYNCHRONOUS, "reduce"), threads=16, args=[out, x, n])
+    assert dev.read(out, 1)[0] == values.sum()
+
+
+def test_a_guarded_syncwarp_of_a_gpu_warp_is_refused():
+    dev = Device()
+    k = dev.load_kernel(_ptx("\t.reg .pred %p<2>;\n\tmov.u32 %r1, %tid.x;\n\tsetp.lt.u32 %p1, %r1, 4;\n"
+                             "\t@%p1 bar.warp.sync -1;"), "k")
+    with pytest.raises(MachineError, match=r"a __syncwarp\(\) of lanes 0xffffffff under a lane predicate: the "
+                                           r"machine's warp is 4 lanes"):
+        dev.launch(k, threads=8, args=[0])
 
 
 def test_shared_symbols_at_a_constant_offset_and_by_register():

@@ -70,7 +70,8 @@ template <unsigned int N> struct thread_block_tile {
     __device__ unsigned int num_threads() const { return N; }
     __device__ unsigned int meta_group_rank() const { return this_thread_block().thread_rank() / N; }
     __device__ unsigned int meta_group_size() const { return (this_thread_block().size() + N - 1) / N; }
-    __device__ void sync() const { __syncwarp(); }
+    // the tile's own lanes: within one of the machine's warps, so no barrier of the block's warps
+    __device__ void sync() const { __syncwarp(((1u << N) - 1) << (threadIdx.x % warpSize / N * N)); }
     template <typename T> __device__ T shfl(T v, unsigned int rank) const
     {
         return __shfl_sync(0xffffffffu, v, rank, N);

@@ -768,16 +768,33 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
     def _barrier(self, read) -> None:
         """``__syncthreads()``: a no-op for one warp (its lanes run in step); for several warps a marker that
         lowering.barriers turns into a parking block and a resume point. Every lane of the warp stops there,
-        including lanes masked off by an if-converted branch (their masks are kept with the other registers)."""
+        including lanes masked off by an if-converted branch (their masks are kept with the other registers).
+
+        ``__syncwarp(mask)``: a no-op where the mask's lanes lie in one of the machine's 4-lane warps (a cooperative
+        groups tile's). A mask of more lanes (``__syncwarp()``: a GPU warp's 32) names lanes that are other warps
+        here, which run one after another: warp-synchronous code (``if (t < o) v += s[t + o]; __syncwarp();``
+        over 16 threads) needs them to meet there, so it is a barrier of the block's warps, as ``__syncthreads``.
+        That is more than a GPU's warp barrier where the block has more than 32 threads, which changes no result of
+        a program without races; as ``__syncthreads``, every warp stops there, also one whose lanes an if-converted
+        branch masks off (``if (t < 32)`` in a block of 64), and one under a guard of its own is refused."""
         inst = self.inst
         mods = set(inst.modifiers)
-        if inst.base == "bar" and mods == {"warp", "sync"}:
-            return                  # __syncwarp(): a warp's lanes run in step
-        if mods - {"sync", "aligned", "cta"} or len(inst.operands) not in (1, 2):
+        warp = inst.base == "bar" and mods == {"warp", "sync"}
+        if warp:
+            mask = read(inst.operands[0]) if inst.operands else Const(MASK32)
+            lanes = mask.value & MASK32 if isinstance(mask, Const) else MASK32
+            if len({lane // LANES for lane in range(32) if lanes >> lane & 1}) <= 1:
+                return
+            if guard_value(inst, read) != Const(1):
+                raise unsupported(inst, f"a __syncwarp() of lanes 0x{lanes:x} under a lane predicate: the "
+                                        f"machine's warp is {LANES} lanes, so it is a barrier of the block's warps "
+                                        f"here, which every warp must reach (sync a tile of {LANES}, or use "
+                                        f"__syncthreads())")
+        elif mods - {"sync", "aligned", "cta"} or len(inst.operands) not in (1, 2):
             raise unsupported(inst, "the barriers are bar.sync / barrier.sync of the whole block "
                                     "(__syncthreads) and bar.red (__syncthreads_count / _and / _or); bar.arrive and "
                                     "named partial barriers are not")
-        if len(inst.operands) == 2:
+        if len(inst.operands) == 2 and not warp:
             count = read(inst.operands[1])
             if not (isinstance(count, Const) and count.value >= self.context.threads):
                 raise unsupported(inst, f"a barrier of fewer than the block's {self.context.threads} threads")
