@@ -444,6 +444,32 @@ extern "C" __global__ void rotate(unsigned *y, const unsigned *a, const int *s) 
 }'''
 
 
+def test_a_byte_permute_by_a_selector_the_kernel_loads():
+    """__byte_perm(x, y, s) with s in a register (PTX's prmt, default mode): each nibble of s picks a byte of
+    {y, x} (0-3 from x, 4-7 from y; CUDA's __byte_perm reads 3 bits of it, NVRTC masks s with 0x7777, so PTX's
+    sign-replicating bit 3 is met in tests/test_lower_stages.py); every nibble value in every position, against
+    Python's integers."""
+    source = ('extern "C" __global__ void permute(unsigned *y, unsigned x, unsigned z, const unsigned *s) '
+              '{ y[threadIdx.x] = __byte_perm(x, z, s[threadIdx.x]); }')
+    x, z = 0x80FF7F01, 0x12C3A45E
+    selectors = [0x3210, 0x7654, 0x0123, 0xFEDC, 0xBA98] + [(k | (k + 1) % 16 << 4 | (k + 2) % 16 << 8 |
+                                                             (k + 3) % 16 << 12) for k in range(0, 16, 5)]
+    selectors += [0xFFFF0000 | s for s in selectors[:3]]       # bits past the low 16 are not read
+    data = z << 32 | x
+    dev = Device()
+    kernel = dev.load_kernel(source, "permute")
+    for start in range(0, len(selectors), 4):
+        chunk = selectors[start:start + 4]
+        dev.write(8, _as_words(chunk))
+        dev.launch(kernel, threads=len(chunk), args=[0, x, z, 8])
+        for got, s in zip(dev.read(0, len(chunk)), chunk):
+            want = 0
+            for i in range(4):
+                nibble = s >> (4 * i) & 0xF
+                want |= (data >> (8 * (nibble & 7)) & 0xFF) << (8 * i)
+            assert int(got) & 0xFFFFFFFF == want, hex(s)
+
+
 @pytest.mark.parametrize("amounts", [[0, 1, 31, 32], [33, 63, 64, 0xFFFFFFFF], [0x80000000, 5, 17, 40]])
 def test_a_funnel_shift_by_an_amount_the_kernel_loads(amounts):
     """__funnelshift_l / _r (PTX's shf .wrap: the amount mod 32) and _lc / _rc (.clamp: at most 32) of {z, x} by

@@ -138,6 +138,7 @@ def test_allocation_refuses_more_registers_than_the_machine_has():
 SEQUENCES = [
     ("bfe.u32 %r3, %r2, 5, 9;", "b32"), ("bfe.s32 %r3, %r2, 20, 8;", "b32"), ("bfi.b32 %r3, %r2, %r4, 8, 12;", "b32"),
     ("prmt.b32 %r3, %r2, %r4, 0x7531;", "b32"), ("prmt.b32 %r3, %r2, %r4, 0x8F40;", "b32"),
+    ("prmt.b32 %r3, %r2, %r4, %r5;", "b32"), ("prmt.b32 %r3, %r5, %r2, %r4;", "b32"),
     ("shf.l.wrap.b32 %r3, %r2, %r4, 7;", "b32"), ("shf.r.clamp.b32 %r3, %r2, %r4, 12;", "b32"),
     ("shf.l.wrap.b32 %r3, %r2, %r4, %r4;", "b32"), ("shf.r.clamp.b32 %r3, %r2, %r4, %r2;", "b32"),
     ("lop3.b32 %r3, %r2, %r4, %r5, 0xB2;", "b32"), ("lop3.b32 %r3, %r2, %r4, %r5, 0xE8;", "b32"),

@@ -273,12 +273,12 @@ def test_unsupported_instruction_names_its_text_and_line():
     dev = Device()
     with pytest.raises(MachineError, match=r"line \d+.*rsqrt\.approx\.f32"):
         dev.launch(dev.load_kernel(source, "scale"), threads=4, args=[0])
-    source = ('extern "C" __global__ void shuffle(int *x) { x[threadIdx.x] = __byte_perm(x[0], x[1], '
-              'x[threadIdx.x]); }')     # (brev and a funnel shift by a register are lowered now: test_kernels.py)
-    dev = Device()
-    kernel = dev.load_kernel(source, "shuffle")
-    with pytest.raises(MachineError, match=r"unsupported PTX instruction at line \d+ \(prmt with a selector held in a "
-                                           r"register, or a prmt mode\): prmt\.b32"):
+    source = ('extern "C" __global__ void field(int *x) { int r; asm("bfe.u32 %0, %1, %2, 8;" : "=r"(r) : '
+              '"r"(x[0]), "r"(x[threadIdx.x])); x[threadIdx.x] = r; }')   # (funnel shifts and byte permutes by a
+    dev = Device()                                                      # register are lowered now: test_kernels)
+    kernel = dev.load_kernel(source, "field")
+    with pytest.raises(MachineError, match=r"unsupported PTX instruction at line \d+ \(bfe with a position or length "
+                                           r"held in a register\): bfe\.u32"):
         dev.launch(kernel, threads=4, args=[0])
 
 

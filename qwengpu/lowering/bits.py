@@ -1,9 +1,9 @@
 """Bit manipulation: population count, leading zeros, the highest set bit (bfind, and ``__ffs``), bit reversal,
 bit-field extract / insert, funnel shifts, byte permutes, three-input logic (``lop3``) and the lanes' absolute
 differences (``vabsdiff2`` / ``vabsdiff4``: CUDA's SIMD intrinsics), built from shifts, masks and ors (a population
-count adds its bytes with one multiply; mixed into ``emit.Emitter``). A funnel shift's amount may be held in a
-register; bit-field positions and lengths and byte-permute selectors must be known at launch, and held in a
-register they are refused.
+count adds its bytes with one multiply; mixed into ``emit.Emitter``). A funnel shift's amount and a byte permute's
+selector may be held in a register; bit-field positions and lengths must be known at launch, and held in a register
+they are refused.
 """
 from __future__ import annotations
 
@@ -231,6 +231,27 @@ class BitOps:
             return self.op(recipe[0], build(recipe[1]), build(recipe[2]), dst=into), 0
         build(table.value & 0xFF, dst)
 
+    def _permute_by_register(self, read, dst) -> None:
+        """``__byte_perm(a, b, s)`` with s held in a register: each byte of the result from the nibble of s that
+        names it. Bits 0-2 pick one of the 8 bytes of {b, a}: a shifted right by 8 times them, or b by that less
+        32 (the machine's shift by 32 or more, or by a negative amount read as unsigned, gives 0, so only the
+        named word's byte is left); bit 3 replicates that byte's sign. About 18 ops a byte."""
+        a, b, selector = self.src(read, 0), self.src(read, 1), self.src(read, 2)
+        total = None
+        for i in range(4):
+            moved = self.op("shr_u", selector, (None, 4 * i - 3)) if i else self.op("shl", selector, (None, 3))
+            amount = (self.op("and", (moved, 0), (None, 0x38)), 0)     # 8 times the nibble's bits 0-2
+            in_b = (self.op("sub", amount, (None, 32)), 0)
+            either = self.op("or", (self.op("shr_u", a, amount), 0), (self.op("shr_u", b, in_b), 0))
+            byte = (self.op("and", (either, 0), (None, 0xFF)), 0)
+            top = self.op("shl", byte, (None, 24))
+            replicated = (self.op("and", (self.op("shr_s", (top, 0), (None, 31)), 0), (None, 0xFF)), 0)
+            flag = self.op("and", (self.op("shr_u", selector, (None, 4 * i + 3)), 0), (None, 1))
+            chosen = self.op("and", (self.op("xor", byte, replicated), 0), (self.op("sub", (None, 0), (flag, 0)), 0))
+            byte = (self.op("xor", byte, (chosen, 0)), 0)
+            placed = (self.op("shl", byte, (None, 8 * i)), 0) if i else byte
+            total = placed if total is None else (self.op("or", total, placed, dst=dst if i == 3 else None), 0)
+
     def _op_vabsdiff2(self, read, dst):
         self._lanes_absolute_difference(read, dst, 16)
 
@@ -296,8 +317,11 @@ class BitOps:
     def _op_prmt(self, read, dst):
         inst = self.inst
         selector = read(sources(inst)[2])
-        if not isinstance(selector, Const) or len(inst.modifiers) != 1:
-            raise unsupported(inst, "prmt with a selector held in a register, or a prmt mode")
+        if len(inst.modifiers) != 1:
+            raise unsupported(inst, "a prmt mode (f4e, b4e, rc8, ecl, ecr, rc16)")
+        if not isinstance(selector, Const):
+            self._permute_by_register(read, dst)
+            return
         sources_ = [self.src(read, 0), self.src(read, 1)]
         parts = []
         for i in range(4):
