@@ -61,8 +61,12 @@ programs' atomics phase (add, and, or, xor, exch, cas, min and max unsigned and 
 floats, edge literals, and at most three of + - * / ``sqrt``, ``dmin`` / ``dmax`` (PTX's min / max.f64),
 ``floor``, ``-``, ``fabs``, read back as its bits (a NaN made the canonical one on both sides), ``(float)`` of it, a
 compare, or ``(int)`` of it clamped; with ``--pairs`` also ``(double)`` of 64-bit values (cvt.rn.f64.s64 / u64);
-gcc's doubles are IEEE binary64 (x86-64 SSE2). All eleven are off by default,
-so a seed's programs stay what they were.
+gcc's doubles are IEEE binary64 (x86-64 SSE2). ``--simd`` adds CUDA's SIMD intrinsics of two 16-bit or four 8-bit
+lanes (``__vadd2``, ``__vsubss4``, ``__vavgs2``, ``__vsadu4``, ``__vcmpgts2``, ``__vabsss4``, ...), sm_90's DPX
+intrinsics (``__vimax3_s32``, ``__viaddmin_u16x2``, ``__vimax_s16x2_relu``, ...), ``__dp4a`` / ``__dp2a_lo`` /
+``_hi`` (signed or unsigned), funnel shifts by any amount and ``__byte_perm`` by any selector, of unsigned
+expressions; the C side defines each from the CUDA Math API's description. All twelve are off by default, so a
+seed's programs stay what they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide
@@ -113,8 +117,10 @@ class Generator:
 
     def __init__(self, rng: np.random.Generator, narrow: bool = False, atomics: bool = False, floats: bool = False,
                  wide: bool = False, arith: bool = False, fma: bool = False, calls: bool = False,
-                 counters: bool = False, pairs: bool = False, bits: bool = False, doubles: bool = False):
+                 counters: bool = False, pairs: bool = False, bits: bool = False, doubles: bool = False,
+                 simd: bool = False):
         self.rng = rng
+        self.simd = simd            # CUDA's SIMD and DPX intrinsics, dp4a / dp2a, funnel shifts, byte permutes
         self.doubles = doubles      # half the plain programs end with a double expression
         self.double_left = 0        # double arithmetic ops still allowed in the expression drawn
         self.bits = bits            # 64-bit bit counts; with atomics, 64-bit atomics in the atomics phase
@@ -162,9 +168,13 @@ class Generator:
         if depth > 2 or self.rng.random() < 0.3:
             return self.leaf()
         a, b = self.expr(depth + 1), self.expr(depth + 1)
-        kind = int(self.rng.integers(16 + 3 * self.floats + 3 * self.wide))
-        if kind >= 16:
-            return self.float_use(depth + 1) if self.floats and kind < 19 else self.wide_use(depth + 1)
+        kind = int(self.rng.integers(16 + 3 * self.floats + 3 * self.wide + 3 * self.simd))
+        if kind >= 16:      # past the integer kinds: floats, then 64-bit values, then SIMD, as the flags say
+            if self.floats and kind < 19:
+                return self.float_use(depth + 1)
+            if self.wide and kind < 19 + 3 * self.floats:
+                return self.wide_use(depth + 1)
+            return self.simd_use(a, b, self.expr(depth + 1))
         if kind <= 5:
             op = self.pick(["+", "-", "*", "&", "|", "^"])
             return f"({a} {op} {b})"
@@ -348,6 +358,40 @@ class Generator:
         return self.pick([f"(-{f})", f"fabsf({f})", f"copysignf({f}, {self.float_expr(depth + 1)})",
                           f"fmaxf({pair[0]}, {pair[1]})", f"fminf({pair[0]}, {pair[1]})",
                           f"(({self.expr(3)} & 1u) ? {f} : {g})", f"{self.pick(['truncf', 'floorf', 'ceilf'])}({f})"])
+
+    SIMD_BINARY = ("vabsdiffs", "vabsdiffu", "vadd", "vaddss", "vaddus", "vavgs", "vavgu", "vhaddu", "vmaxs",
+                   "vmaxu", "vmins", "vminu", "vsads", "vsadu", "vsub", "vsubss", "vsubus", "vcmpeq", "vcmpne",
+                   "vcmplts", "vcmpltu", "vcmples", "vcmpleu", "vcmpgts", "vcmpgtu", "vcmpges", "vcmpgeu", "vseteq",
+                   "vsetne", "vsetlts", "vsetltu", "vsetles", "vsetleu", "vsetgts", "vsetgtu", "vsetges", "vsetgeu")
+    SIMD_UNARY = ("vabs", "vabsss", "vneg", "vnegss")
+
+    def simd_use(self, a: str, b: str, c: str) -> str:
+        """--simd: a SIMD intrinsic of two 16-bit or four 8-bit lanes, a DPX intrinsic (three-way and add-then min
+        / max, .relu), a dot product of bytes, a funnel shift or a byte permute by any amount or selector."""
+        choice = self.rng.random()
+        if choice < 0.45:
+            self.features.add("SIMD")
+            lanes = self.pick(["2", "4"])
+            if self.rng.random() < 0.15:
+                return f"__{self.pick(self.SIMD_UNARY)}{lanes}({a})"
+            return f"__{self.pick(self.SIMD_BINARY)}{lanes}({a}, {b})"
+        if choice < 0.7:
+            self.features.add("DPX")
+            op, typ = self.pick(["max", "min"]), self.pick(["s32", "u32", "s16x2", "u16x2"])
+            form = self.pick(["3", "add"] + (["relu", "3relu", "addrelu"] if typ[0] == "s" else []))
+            name = {"3": f"__vi{op}3_{typ}", "add": f"__viadd{op}_{typ}", "relu": f"__vi{op}_{typ}_relu",
+                    "3relu": f"__vi{op}3_{typ}_relu", "addrelu": f"__viadd{op}_{typ}_relu"}[form]
+            cast = "(int)" if typ == "s32" else ""
+            args = [f"{cast}{v}" for v in ((a, b) if form == "relu" else (a, b, c))]
+            return f"(unsigned){name}({', '.join(args)})"
+        if choice < 0.82:
+            self.features.add("dot product")
+            cast = self.pick(["(int)", ""])
+            return self.pick([f"(unsigned)__dp4a({cast}{a}, {cast}{b}, {cast}{c})",
+                              f"(unsigned)__dp2a_{self.pick(['lo', 'hi'])}({cast}{a}, {cast}{b}, {cast}{c})"])
+        self.features.add("funnel shift / byte permute")
+        return self.pick([f"__funnelshift_{self.pick(['l', 'r', 'lc', 'rc'])}({a}, {b}, {c})",
+                          f"__byte_perm({a}, {b}, {c})"])
 
     def wide_expr(self, depth: int) -> str:
         """An unsigned long long expression: words widened (zero- or sign-extended), 64-bit arithmetic and shifts."""
@@ -671,9 +715,121 @@ static unsigned long long __brevll(unsigned long long x) {
 """
 
 
+# --simd: CUDA's SIMD and DPX intrinsics, dot products, funnel shifts and byte permutes, from the CUDA Math API's
+# definitions: each lane of 16 or 8 bits signed or unsigned, results wrapped or saturated into the lane; a signed
+# rounded average rounds a half away from zero.
+C_SIMD = """static int lane_s(unsigned w, int i, int bits) {
+  int v = (int)((w >> (bits * i)) & ((1u << bits) - 1)); return v >= (1 << (bits - 1)) ? v - (1 << bits) : v; }
+static int lane_u(unsigned w, int i, int bits) { return (int)((w >> (bits * i)) & ((1u << bits) - 1)); }
+static int clamp_i(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+enum { ADD, SUB, ADDSS, ADDUS, SUBSS, SUBUS, ABSDIFFS, ABSDIFFU, AVGS, AVGU, HADDU, MAXS, MAXU, MINS, MINU,
+       EQ, NE, LTS, LTU, LES, LEU, GTS, GTU, GES, GEU, ABS, ABSSS, NEG, NEGSS };
+static unsigned simd(unsigned a, unsigned b, int bits, int op, int all_ones) {
+  unsigned r = 0; int i, m = (1 << bits) - 1, lo = -(1 << (bits - 1)), hi = (1 << (bits - 1)) - 1, t = 0;
+  for (i = 0; i < 32 / bits; i++) {
+    int sa = lane_s(a, i, bits), sb = lane_s(b, i, bits), ua = lane_u(a, i, bits), ub = lane_u(b, i, bits), v = 0;
+    switch (op) {
+    case ADD: v = ua + ub; break;                 case SUB: v = ua - ub; break;
+    case ADDSS: v = clamp_i(sa + sb, lo, hi); break;  case ADDUS: v = clamp_i(ua + ub, 0, m); break;
+    case SUBSS: v = clamp_i(sa - sb, lo, hi); break;  case SUBUS: v = clamp_i(ua - ub, 0, m); break;
+    case ABSDIFFS: v = abs(sa - sb); break;       case ABSDIFFU: v = abs(ua - ub); break;
+    case AVGS: v = (sa + sb + (sa + sb >= 0 ? 1 : -1)) / 2; break;
+    case AVGU: v = (ua + ub + 1) >> 1; break;     case HADDU: v = (ua + ub) >> 1; break;
+    case MAXS: v = sa > sb ? sa : sb; break;      case MAXU: v = ua > ub ? ua : ub; break;
+    case MINS: v = sa < sb ? sa : sb; break;      case MINU: v = ua < ub ? ua : ub; break;
+    case EQ: t = ua == ub; break;  case NE: t = ua != ub; break;
+    case LTS: t = sa < sb; break;  case LTU: t = ua < ub; break;  case LES: t = sa <= sb; break;
+    case LEU: t = ua <= ub; break; case GTS: t = sa > sb; break;  case GTU: t = ua > ub; break;
+    case GES: t = sa >= sb; break; case GEU: t = ua >= ub; break;
+    case ABS: v = abs(sa); break;  case ABSSS: v = clamp_i(abs(sa), lo, hi); break;
+    case NEG: v = -sa; break;      case NEGSS: v = clamp_i(-sa, lo, hi); break; }
+    if (op >= EQ && op <= GEU) v = t ? (all_ones ? -1 : 1) : 0;
+    r |= (unsigned)(v & m) << (bits * i); }
+  return r; }
+static unsigned sad(unsigned a, unsigned b, int bits, int is_signed) {
+  unsigned r = 0; int i;
+  for (i = 0; i < 32 / bits; i++)
+    r += is_signed ? abs(lane_s(a, i, bits) - lane_s(b, i, bits)) : abs(lane_u(a, i, bits) - lane_u(b, i, bits));
+  return r; }
+#define SIMD_PAIR(name, op, ones) \
+  static unsigned __##name##2(unsigned a, unsigned b) { return simd(a, b, 16, op, ones); } \
+  static unsigned __##name##4(unsigned a, unsigned b) { return simd(a, b, 8, op, ones); }
+#define SIMD_ONE(name, op) \
+  static unsigned __##name##2(unsigned a) { return simd(a, 0, 16, op, 0); } \
+  static unsigned __##name##4(unsigned a) { return simd(a, 0, 8, op, 0); }
+SIMD_PAIR(vadd, ADD, 0) SIMD_PAIR(vsub, SUB, 0) SIMD_PAIR(vaddss, ADDSS, 0) SIMD_PAIR(vaddus, ADDUS, 0)
+SIMD_PAIR(vsubss, SUBSS, 0) SIMD_PAIR(vsubus, SUBUS, 0) SIMD_PAIR(vabsdiffs, ABSDIFFS, 0)
+SIMD_PAIR(vabsdiffu, ABSDIFFU, 0) SIMD_PAIR(vavgs, AVGS, 0) SIMD_PAIR(vavgu, AVGU, 0) SIMD_PAIR(vhaddu, HADDU, 0)
+SIMD_PAIR(vmaxs, MAXS, 0) SIMD_PAIR(vmaxu, MAXU, 0) SIMD_PAIR(vmins, MINS, 0) SIMD_PAIR(vminu, MINU, 0)
+SIMD_PAIR(vcmpeq, EQ, 1) SIMD_PAIR(vcmpne, NE, 1) SIMD_PAIR(vcmplts, LTS, 1) SIMD_PAIR(vcmpltu, LTU, 1)
+SIMD_PAIR(vcmples, LES, 1) SIMD_PAIR(vcmpleu, LEU, 1) SIMD_PAIR(vcmpgts, GTS, 1) SIMD_PAIR(vcmpgtu, GTU, 1)
+SIMD_PAIR(vcmpges, GES, 1) SIMD_PAIR(vcmpgeu, GEU, 1) SIMD_PAIR(vseteq, EQ, 0) SIMD_PAIR(vsetne, NE, 0)
+SIMD_PAIR(vsetlts, LTS, 0) SIMD_PAIR(vsetltu, LTU, 0) SIMD_PAIR(vsetles, LES, 0) SIMD_PAIR(vsetleu, LEU, 0)
+SIMD_PAIR(vsetgts, GTS, 0) SIMD_PAIR(vsetgtu, GTU, 0) SIMD_PAIR(vsetges, GES, 0) SIMD_PAIR(vsetgeu, GEU, 0)
+SIMD_ONE(vabs, ABS) SIMD_ONE(vabsss, ABSSS) SIMD_ONE(vneg, NEG) SIMD_ONE(vnegss, NEGSS)
+static unsigned __vsads2(unsigned a, unsigned b) { return sad(a, b, 16, 1); }
+static unsigned __vsads4(unsigned a, unsigned b) { return sad(a, b, 8, 1); }
+static unsigned __vsadu2(unsigned a, unsigned b) { return sad(a, b, 16, 0); }
+static unsigned __vsadu4(unsigned a, unsigned b) { return sad(a, b, 8, 0); }
+/* DPX: each lane (one of 32 bits, or two of 16) a max / min of three, or of a + b (wrapped in the lane) and c,
+   with .relu a negative result 0 */
+static unsigned dpx(unsigned a, unsigned b, unsigned c, int bits, int is_signed, int is_max, int add, int relu,
+                    int three) {
+  unsigned r = 0; int i; unsigned m = bits == 32 ? 0xffffffffu : 0xffffu;
+  for (i = 0; i < 32 / bits; i++) {
+    long long x = (a >> (bits * i)) & m, y = (b >> (bits * i)) & m, z = (c >> (bits * i)) & m, v;
+    if (add) { x = (x + y) & m; }
+    if (is_signed) { long long h = (long long)m + 1; x = x > (long long)(m >> 1) ? x - h : x;
+                     y = y > (long long)(m >> 1) ? y - h : y; z = z > (long long)(m >> 1) ? z - h : z; }
+    if (add) v = is_max ? (x > z ? x : z) : (x < z ? x : z);
+    else { v = is_max ? (x > y ? x : y) : (x < y ? x : y); if (three) v = is_max ? (v > z ? v : z) : (v < z ? v : z); }
+    if (relu && v < 0) v = 0;
+    r |= (unsigned)(v & m) << (bits * i); }
+  return r; }
+#define DPX_OPS(op, is_max) \
+  static int __vi##op##3_s32(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 0, 0, 1); } \
+  static unsigned __vi##op##3_u32(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 32, 0, is_max, 0, 0, 1); } \
+  static unsigned __vi##op##3_s16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 0, 0, 1); } \
+  static unsigned __vi##op##3_u16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 0, is_max, 0, 0, 1); } \
+  static int __viadd##op##_s32(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 1, 0, 0); } \
+  static unsigned __viadd##op##_u32(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 32, 0, is_max, 1, 0, 0); } \
+  static unsigned __viadd##op##_s16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 1, 0, 0); } \
+  static unsigned __viadd##op##_u16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 0, is_max, 1, 0, 0); } \
+  static int __vi##op##_s32_relu(int a, int b) { return (int)dpx(a, b, 0, 32, 1, is_max, 0, 1, 0); } \
+  static unsigned __vi##op##_s16x2_relu(unsigned a, unsigned b) { return dpx(a, b, 0, 16, 1, is_max, 0, 1, 0); } \
+  static int __vi##op##3_s32_relu(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 0, 1, 1); } \
+  static unsigned __vi##op##3_s16x2_relu(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 0, 1, 1); } \
+  static int __viadd##op##_s32_relu(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 1, 1, 0); } \
+  static unsigned __viadd##op##_s16x2_relu(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 1, 1, 0); }
+DPX_OPS(max, 1) DPX_OPS(min, 0)
+/* byte dot products: signed or unsigned as the arguments' type (int or unsigned: _Generic on the first) */
+static unsigned dot(unsigned a, unsigned b, unsigned c, int is_signed, int a_bits, int first) {
+  unsigned r = c; int i;
+  for (i = 0; i < (a_bits == 8 ? 4 : 2); i++) {
+    long long x = is_signed ? lane_s(a, i, a_bits) : lane_u(a, i, a_bits);
+    long long y = is_signed ? lane_s(b, first + i, 8) : lane_u(b, first + i, 8);
+    r += (unsigned)(x * y); }
+  return r; }
+#define __dp4a(a, b, c) _Generic((a), int: dot((a), (b), (c), 1, 8, 0), default: dot((a), (b), (c), 0, 8, 0))
+#define __dp2a_lo(a, b, c) _Generic((a), int: dot((a), (b), (c), 1, 16, 0), default: dot((a), (b), (c), 0, 16, 0))
+#define __dp2a_hi(a, b, c) _Generic((a), int: dot((a), (b), (c), 1, 16, 2), default: dot((a), (b), (c), 0, 16, 2))
+static unsigned funnel(unsigned lo, unsigned hi, unsigned n, int left) {
+  unsigned long long w = (unsigned long long)hi << 32 | lo;
+  return left ? (unsigned)((w << n) >> 32) : (unsigned)(w >> n); }
+static unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned n) { return funnel(lo, hi, n & 31u, 1); }
+static unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned n) { return funnel(lo, hi, n & 31u, 0); }
+static unsigned __funnelshift_lc(unsigned lo, unsigned hi, unsigned n) { return n >= 32u ? lo : funnel(lo, hi, n, 1); }
+static unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned n) { return n >= 32u ? hi : funnel(lo, hi, n, 0); }
+static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  unsigned long long w = (unsigned long long)y << 32 | x; unsigned r = 0; int i;
+  for (i = 0; i < 4; i++) r |= (unsigned)((w >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r; }
+"""
+
+
 def c_reference(cases: list[Case], workdir: str) -> list[list[int]]:
     """Every case's out[] computed by the host C compiler, threads one after another."""
-    parts = [C_PRELUDE, C_FLOATS, C_ATOMICS, C_BITS, C_DOUBLES]
+    parts = [C_PRELUDE, C_FLOATS, C_ATOMICS, C_BITS, C_DOUBLES, C_SIMD]
     keep = "V[tid][0] = v0; V[tid][1] = v1; V[tid][2] = v2; V[tid][3] = v3;"
     restore = "unsigned v0 = V[tid][0], v1 = V[tid][1], v2 = V[tid][2], v3 = V[tid][3];"
     for i, case in enumerate(cases):
@@ -732,9 +888,9 @@ def int_arg(v: int) -> str:
 def make_case(rng: np.random.Generator, shared: float = 0.0, narrow: bool = False, atomics: bool = False,
               floats: bool = False, wide: bool = False, arith: bool = False, fma: bool = False,
               calls: bool = False, counters: bool = False, pairs: bool = False, bits: bool = False,
-              doubles: bool = False) -> Case:
+              doubles: bool = False, simd: bool = False) -> Case:
     gen = Generator(rng, narrow, atomics, floats, wide or pairs or bits, arith, fma, calls, counters, pairs or bits,
-                    bits, doubles)
+                    bits, doubles, simd)
     x = [int(v) for v in rng.integers(-(1 << 31), 1 << 31, INPUTS)]
     x[:2] = [int(v) for v in rng.integers(-20, 20, 2)]
     threads = int(rng.choice([3, 4, 4, 6, 8]))         # one warp, a partial warp, two warps
@@ -851,7 +1007,8 @@ def outcome(case: Case, time_limit: float | None = None) -> tuple[str, object]:
 def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shared: float = 0.0,
          narrow: bool = False, atomics: bool = False, floats: bool = False, wide: bool = False,
          arith: bool = False, time_limit: float | None = None, fma: bool = False, calls: bool = False,
-         counters: bool = False, pairs: bool = False, bits: bool = False, doubles: bool = False) -> dict:
+         counters: bool = False, pairs: bool = False, bits: bool = False, doubles: bool = False,
+         simd: bool = False) -> dict:
     """Run ``programs`` random kernels (``shared``: the fraction that are block programs with __shared__ memory and
     barriers; ``narrow``: leaves also read bytes and halfwords at computed indices; ``atomics``: the block programs'
     atomics are all ten kinds with their old values kept; ``floats``: float32 comparisons, classes and bits;
@@ -859,7 +1016,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
     with them fmaf(a, b, c), rounded once, against libm's; ``calls``: calls of __noinline__ functions;
     ``counters``: loops over unsigned long long counters; ``pairs``: x's words read as 64-bit values; ``bits``: with
     them 64-bit bit counts, and with ``atomics`` 64-bit atomics; ``doubles``: a double expression ends half the
-    plain programs); returns
+    plain programs; ``simd``: SIMD and DPX intrinsics, dot products, funnel shifts and byte permutes); returns
     counts (tried, ran, refused by reason, and ``features``: how many programs that ran hold a float add, sub, mul,
     div, rcp, sqrt, an int / unsigned conversion, a call, a call NVRTC kept), the mismatches and the internal errors
     (case, the exception's text): a program whose lowering or run raises anything but a refusal is counted and the
@@ -876,7 +1033,7 @@ def fuzz(programs: int, seed: int, batch: int = 200, verbose: bool = False, shar
         done = 0
         while done < programs:
             cases = [make_case(rng, shared, narrow, atomics, floats, wide, arith, fma, calls, counters, pairs, bits,
-                               doubles)
+                               doubles, simd)
                      for _ in range(min(batch, programs - done))]
             expected = c_reference(cases, workdir)
             for case, want in zip(cases, expected):
@@ -959,12 +1116,16 @@ def main(argv=None) -> int:
     parser.add_argument("--doubles", action="store_true",
                         help="half the plain programs end with a double expression (+ - * / sqrt, dmin / dmax, floor, "
                              "conversions) read back as its bits, (float) of it, a compare or (int) of it")
+    parser.add_argument("--simd", action="store_true",
+                        help="CUDA's SIMD intrinsics (__vadd2, __vsadu4, __vcmpgts2, ...), sm_90's DPX intrinsics "
+                             "(__vimax3_s32, __viaddmin_u16x2, ..._relu), __dp4a / __dp2a, funnel shifts and "
+                             "__byte_perm of unsigned expressions")
     args = parser.parse_args(argv)
     start = time.time()
     report = fuzz(args.programs, args.seed, verbose=True, shared=args.shared, narrow=args.narrow,
                   atomics=args.atomics, floats=args.floats, wide=args.wide, arith=args.arith or args.fma, fma=args.fma,
                   calls=args.calls, counters=args.counters, pairs=args.pairs, bits=args.bits, doubles=args.doubles,
-                  time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
+                  simd=args.simd, time_limit=(60.0 if args.arith or args.fma else None) if args.time_limit is None
                   else args.time_limit or None)
     print(f"programs tried {report['tried']}, ran {report['ran']}, refused {sum(report['refused'].values())}, "
           f"compile errors {report['compile_errors']}, mismatches {len(report['mismatches'])}, "

@@ -119,6 +119,19 @@ def test_double_expressions_match_the_host_c_compiler():
         features["ddiv"] + features["dsqrt"] >= 3, (report["refused"], features)
 
 
+def test_simd_and_dpx_intrinsics_match_the_host_c_compiler():
+    """--simd: CUDA's SIMD and DPX intrinsics, __dp4a / __dp2a, funnel shifts and __byte_perm inside random
+    expressions, against gcc compiling C definitions of them from the CUDA Math API's descriptions."""
+    from qccl_bench.kernel_fuzz import fuzz
+    report = fuzz(60, seed=61, batch=60, simd=True)
+    assert report["mismatches"] == [], "\n".join(f"{case.body}\n machine {got}\n C {want}"
+                                                 for case, got, want in report["mismatches"])
+    assert report["internal_errors"] == [], report["internal_errors"]
+    features = report["features"]
+    assert report["ran"] >= 55 and min(features["SIMD"], features["DPX"], features["dot product"],
+                                       features["funnel shift / byte permute"]) >= 8, (report["refused"], features)
+
+
 def test_float_conversions_to_64_bits_match_the_host_c_compiler():
     """--floats --wide: (long long)x, llrintf(x) and (unsigned long long)x of floats clamped into range (C leaves
     the rest undefined), read back as their low word, beside 64-bit expressions; seed 21's 60 programs hold 22
