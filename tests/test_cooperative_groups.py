@@ -46,6 +46,20 @@ extern "C" __global__ void grid_scale(int *y, const int *x, int n)
         y[i] = 3 * x[i] + (int)grid.block_rank();
 }
 
+// a tile's sync under a branch some tiles take: a GPU's warp barrier of the tile's lanes
+extern "C" __global__ void tile_scan(int *y, const int *x)
+{
+    auto tile = cg::tiled_partition<2>(cg::this_thread_block());
+    __shared__ int s[8];
+    int v = x[threadIdx.x];
+    if (v > 0) {
+        s[threadIdx.x] = v;
+        tile.sync();
+        v += tile.thread_rank() ? s[threadIdx.x - 1] : 0;
+    }
+    y[threadIdx.x] = v;
+}
+
 extern "C" __global__ void pairs(int *y, const int *x)
 {
     auto tile = cg::tiled_partition<2>(cg::this_thread_block());
@@ -90,6 +104,20 @@ def test_a_tiles_shuffles_votes_and_reduce():
         want.append(down + 100 * ballot + 1000 * int((tile == 0).any()) + 10000 * tile.max()
                     + 1000000 * int((tile >= 0).all()))
     assert dev.read(y, 4).tolist() == want
+
+
+def test_a_tiles_sync_under_a_branch_is_free():
+    """tile.sync() of a tile of 2 inside a branch that some of the 4 tiles take (each tile whole, as CUDA asks): the
+    tile's lanes are in one of the machine's warps, so it costs nothing (no barrier of the block's warps)."""
+    dev = Device()
+    x, y = dev.alloc(8), dev.alloc(8)
+    v = np.array([3, 4, -1, -2, 5, 6, -7, -8])       # tiles 0 and 2 take the branch, 1 and 3 do not
+    dev.write(x, v)
+    kernel = dev.load_kernel(GROUPS, "tile_scan")
+    dev.launch(kernel, threads=8, args=[y, x])
+    assert not kernel.program((y, x), 8).parks
+    want = [v[t] + (v[t - 1] if t % 2 and v[t] > 0 else 0) for t in range(8)]
+    assert dev.read(y, 8).tolist() == want
 
 
 @pytest.mark.parametrize("body, named", [

@@ -70,8 +70,9 @@ template <unsigned int N> struct thread_block_tile {
     __device__ unsigned int num_threads() const { return N; }
     __device__ unsigned int meta_group_rank() const { return this_thread_block().thread_rank() / N; }
     __device__ unsigned int meta_group_size() const { return (this_thread_block().size() + N - 1) / N; }
-    // the tile's own lanes: within one of the machine's warps, so no barrier of the block's warps
-    __device__ void sync() const { __syncwarp(((1u << N) - 1) << (threadIdx.x % warpSize / N * N)); }
+    // a tile lies in one of the machine's 4-lane warps (whose lanes run in step): a sync of that warp's lanes is
+    // free, where __syncwarp() of all 32 would be a barrier of the block's warps (qwengpu.lowering.emit)
+    __device__ void sync() const { __syncwarp(0xfu); }
     template <typename T> __device__ T shfl(T v, unsigned int rank) const
     {
         return __shfl_sync(0xffffffffu, v, rank, N);
