@@ -786,21 +786,23 @@ static unsigned dpx(unsigned a, unsigned b, unsigned c, int bits, int is_signed,
     if (relu && v < 0) v = 0;
     r |= (unsigned)(v & m) << (bits * i); }
   return r; }
-#define DPX_OPS(op, is_max) \
-  static int __vi##op##3_s32(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 0, 0, 1); } \
-  static unsigned __vi##op##3_u32(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 32, 0, is_max, 0, 0, 1); } \
-  static unsigned __vi##op##3_s16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 0, 0, 1); } \
-  static unsigned __vi##op##3_u16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 0, is_max, 0, 0, 1); } \
-  static int __viadd##op##_s32(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 1, 0, 0); } \
-  static unsigned __viadd##op##_u32(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 32, 0, is_max, 1, 0, 0); } \
-  static unsigned __viadd##op##_s16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 1, 0, 0); } \
-  static unsigned __viadd##op##_u16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 0, is_max, 1, 0, 0); } \
-  static int __vi##op##_s32_relu(int a, int b) { return (int)dpx(a, b, 0, 32, 1, is_max, 0, 1, 0); } \
-  static unsigned __vi##op##_s16x2_relu(unsigned a, unsigned b) { return dpx(a, b, 0, 16, 1, is_max, 0, 1, 0); } \
-  static int __vi##op##3_s32_relu(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 0, 1, 1); } \
-  static unsigned __vi##op##3_s16x2_relu(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 0, 1, 1); } \
-  static int __viadd##op##_s32_relu(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, is_max, 1, 1, 0); } \
-  static unsigned __viadd##op##_s16x2_relu(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, is_max, 1, 1, 0); }
+#define DPX_OPS(op, M) \
+  static int __vi##op##3_s32(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, M, 0, 0, 1); } \
+  static unsigned __vi##op##3_u32(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 32, 0, M, 0, 0, 1); } \
+  static unsigned __vi##op##3_s16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, M, 0, 0, 1); } \
+  static unsigned __vi##op##3_u16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 0, M, 0, 0, 1); } \
+  static int __viadd##op##_s32(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, M, 1, 0, 0); } \
+  static unsigned __viadd##op##_u32(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 32, 0, M, 1, 0, 0); } \
+  static unsigned __viadd##op##_s16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 1, M, 1, 0, 0); } \
+  static unsigned __viadd##op##_u16x2(unsigned a, unsigned b, unsigned c) { return dpx(a, b, c, 16, 0, M, 1, 0, 0); } \
+  static int __vi##op##_s32_relu(int a, int b) { return (int)dpx(a, b, 0, 32, 1, M, 0, 1, 0); } \
+  static unsigned __vi##op##_s16x2_relu(unsigned a, unsigned b) { return dpx(a, b, 0, 16, 1, M, 0, 1, 0); } \
+  static int __vi##op##3_s32_relu(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, M, 0, 1, 1); } \
+  static unsigned __vi##op##3_s16x2_relu(unsigned a, unsigned b, unsigned c) { \
+    return dpx(a, b, c, 16, 1, M, 0, 1, 1); } \
+  static int __viadd##op##_s32_relu(int a, int b, int c) { return (int)dpx(a, b, c, 32, 1, M, 1, 1, 0); } \
+  static unsigned __viadd##op##_s16x2_relu(unsigned a, unsigned b, unsigned c) { \
+    return dpx(a, b, c, 16, 1, M, 1, 1, 0); }
 DPX_OPS(max, 1) DPX_OPS(min, 0)
 /* byte dot products: signed or unsigned as the arguments' type (int or unsigned: _Generic on the first) */
 static unsigned dot(unsigned a, unsigned b, unsigned c, int is_signed, int a_bits, int first) {

@@ -211,7 +211,7 @@ class BitOps:
 
     def _op_lop3(self, read, dst):
         """PTX's three-input logic op (CUDA's SIMD intrinsics' headers write it in inline assembly): the function
-        its constant truth table names, as the shortest tree of and / or / xor / not the table ``LOGIC`` holds."""
+        its constant truth table names, as the shortest tree of and / or / xor / not (``logic_recipe``)."""
         inst = self.inst
         table = read(sources(inst)[3]) if len(sources(inst)) == 4 else None
         if not isinstance(table, Const) or inst.pair is not None or inst.modifiers != ("b32",):
@@ -221,7 +221,7 @@ class BitOps:
         def build(function: int, into: str | None = None) -> tuple:
             recipe = logic_recipe(function)
             if recipe is None or recipe[0] == "input":
-                value = inputs[function] if recipe else (None, function and MASK32)
+                value = inputs[function] if recipe else (None, MASK32 if function else 0)
                 if into is None:
                     return value
                 self.op("a", value, dst=into)

@@ -19,9 +19,9 @@ CUDA's does.
 assert (NVRTC calls __assertfail where the condition is false) is a call of the same kind: the failing lane stores
 its block and thread indices, the device writes CUDA's line (``ASSERTION``) and stops the launch with CUDA's
 device-side assert error (``Format.fatal``). So is ``__trap()`` (PTX's ``trap``), which aborts a GPU's kernel: the
-device writes which thread trapped (``TRAP``) and stops the launch. A run-time refusal (``refuse``: a path the machine does not run,
-qwengpu.lowering.paths) is one too: the thread's indices, then the device raises a ``MachineError`` naming the PTX
-instruction (``Format.refusal``) and puts the launch back.
+device writes which thread trapped (``TRAP``) and stops the launch. A run-time refusal (``refuse``: a path the
+machine does not run, qwengpu.lowering.paths) is one too: the thread's indices, then the device raises a
+``MachineError`` naming the PTX instruction (``Format.refusal``) and puts the launch back.
 
 Conversions taken: ``%d %i %u %x %X %o %c`` (with ``h`` / ``hh``), ``%f %F %e %E %g %G`` of a float or a double,
 flags, widths and precisions (``*`` too), ``%%``, and ``%s`` of string literals (the machine stores which literal: a
