@@ -72,6 +72,19 @@ def test_a_function_of_the_approximate_units_is_refused_naming_it():
         dev.launch(dev.load_kernel(source("expf(x[i])"), "k"), threads=4, args=[dev.alloc(4), dev.alloc(4)])
 
 
+def test_fmodf_is_refused_naming_the_double_fmod_that_gives_its_bits():
+    """fmodf starts from rcp.approx, so it is refused; the refusal names (float)fmod((double)x, (double)y), which
+    runs and, fmod being exact, gives fmodf's bits: against numpy's float32 fmod (exact too), signs and zeros
+    included."""
+    dev = Device()
+    with pytest.raises(MachineError, match=r"rcp\.approx is the GPU's own.*fmodf and remainderf are exact, so "
+                                           r"\(float\)fmod\(\(double\)x, \(double\)y\)"):
+        dev.launch(dev.load_kernel(source("fmodf(x[i], 0.75f)"), "k"), threads=4, args=[dev.alloc(4), dev.alloc(4)])
+    values = np.array([1.3, -2.9, 0.75, -0.0, 1e30, -1e-40, 0.7499999, 7.0], dtype=np.float32)
+    got = on_the_machine("(float)fmod((double)x[i], 0.75)", values)
+    np.testing.assert_array_equal(got.view(np.uint32), np.fmod(values, np.float32(0.75)).view(np.uint32))
+
+
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_on_a_gpu_a_math_function_equals_cudas_bit_for_bit(name, cuda_gpu):
     cupy = cuda_gpu

@@ -129,12 +129,17 @@ ARITHMETIC = {"add": "an add", "sub": "a subtraction", "mul": "a multiply", "fma
               "cos": "a cosine", "tanh": "a hyperbolic tangent"}
 APPROXIMATE = ("rsqrt", "ex2", "lg2", "sin", "cos", "tanh")     # PTX has these .approx only
 # Who computes with each approximation, so a refusal names what the user wrote (CUDA 13's math library, by its PTX)
+# and, where there is one, what runs in its place with the same bits on a GPU and on the machine
 APPROXIMATED_IN = {
-    "ex2": "expf, exp2f, exp10f, expm1f, sinhf, coshf, tanhf, erff and __expf compute with it",
+    "ex2": "expf, exp2f, exp10f, expm1f, sinhf, coshf, tanhf, erff and __expf compute with it; CUDA's double exp, "
+           "exp2, exp10, expm1 and sinh are built of fmas and run, so (float)exp((double)x) is an exp whose bits a "
+           "GPU computes too",
     "lg2": "cbrtf, __logf, __log2f and __powf compute with it (logf, log2f and log10f do not, and run)",
     "rcp": "powf, fmodf, remainderf, tanf, atanf, erfcf, normcdff, lgammaf and tgammaf compute with it, and "
-           "--use_fast_math's division",
-    "rsqrt": "rsqrtf, asinf, acosf and asinhf compute with it, and --use_fast_math's 1.0f / sqrtf(x)",
+           "--use_fast_math's division; fmodf and remainderf are exact, so (float)fmod((double)x, (double)y) and "
+           "(float)remainder(...) give their bits, and run",
+    "rsqrt": "rsqrtf, asinf, acosf and asinhf compute with it, and --use_fast_math's 1.0f / sqrtf(x); 1.0f / "
+             "sqrtf(x) itself runs (correctly rounded, as CUDA compiles it by default)",
     "sin": "__sinf and __sincosf compute with it, and --use_fast_math's sinf (sinf itself runs)",
     "cos": "__cosf and __sincosf compute with it, and --use_fast_math's cosf (cosf itself runs)",
     "tanh": "--use_fast_math's tanhf computes with it",
