@@ -127,6 +127,7 @@ class Module:
 
 JOINED = "%__joined"        # the parser's own 64-bit register: mov.b64's { } lists of words (_words_moved)
 JOINED_WORD = "%__joined_word"      # and its 32-bit one: mov.b32's { } lists of 16-bit halves
+COPIED = "%__copied"        # the word an asynchronous copy (cp.async) moves (_async_copy)
 # Special registers are always in scope; whether the machine has one is the lowering's decision.
 SPECIAL_REGISTER = re.compile(r"%(?:n?tid|n?ctaid|nclusterid|clusterid)\.[xyz]$|"
                               r"%(?:laneid|warpid|nwarpid|smid|nsmid|gridid|clock|clock64|globaltimer|"
@@ -135,6 +136,30 @@ _IDENT = r"[A-Za-z_$][\w$]*"
 _REG = re.compile(r"%" + _IDENT + r"(?:\.[xyz])?$")
 _SYMBOL = re.compile(_IDENT + "$")
 _OPCODE = re.compile(r"[a-z][a-z0-9_]*(?:\.(?:[a-z0-9_]+|NaN))*$")    # min.NaN.f32: PTX's one capital
+
+
+def _scoped(opcode: str, line: int, text: str) -> str:
+    """An opcode with PTX's ``::`` qualifiers read: ``.shared::cta`` is the block's shared memory (``.shared``);
+    the cache levels and hints ``.L2`` (a prefetch's), ``.L1::evict_last``, ``.L2::128B``, ... go (the machine has
+    no caches); ``.shared::cluster`` (another block's shared memory) and ``.L2::cache_hint`` (a cache policy
+    operand) are refused by name."""
+    if "::" not in opcode and ".L1" not in opcode and ".L2" not in opcode:
+        return opcode
+    kept = []
+    for part in opcode.split("."):
+        if part == "shared::cta":
+            kept.append("shared")
+        elif part == "L2::cache_hint":
+            raise _err(line, "a cache policy operand (.L2::cache_hint) is not supported: the machine has no caches; "
+                             "drop the hint", text)
+        elif part in ("L1", "L2") or part.startswith(("L1::", "L2::")):
+            continue
+        elif part == "shared::cluster":
+            raise _err(line, "a cluster's shared memory (.shared::cluster) is not supported: the machine runs one "
+                             "block at a time and has no clusters", text)
+        else:
+            kept.append(part)
+    return ".".join(kept)
 _INT = re.compile(r"(-)?\s*(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]+|[1-9][0-9]*|0)U?$")
 _FLOAT = re.compile(r"-?(0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|[0-9]*\.[0-9]*(?:[eE][-+]?[0-9]+)?|"
                     r"[0-9]+[eE][-+]?[0-9]+)$")
@@ -514,7 +539,7 @@ class _KernelParser:
                     and self.k.registers.get(guard.name) != "pred":
                 raise _err(line, f"guard {guard.name} is not a .pred register", text)
         parts = rest.split(None, 1)
-        opcode = parts[0]
+        opcode = _scoped(parts[0], line, text)
         if not _OPCODE.match(opcode):
             raise _err(line, f"bad opcode {opcode!r}", text)
         if self._call_statement(opcode, parts[1] if len(parts) > 1 else "", guard, negated, line, text):
@@ -526,6 +551,11 @@ class _KernelParser:
             texts[0], pair = first, self.reg(second.strip(), line, text)
         if opcode in ("mov.b64", "mov.b32") and len(texts) == 2 and any(t.strip().startswith("{") for t in texts):
             self._words_moved(opcode, texts, guard, negated, line, " ".join(text.split()))
+            return
+        if opcode.startswith("cp.async."):
+            for opcode_, texts_ in self._async_copy(opcode, texts, line, text):
+                self._append(Instruction(opcode_, tuple(self.operand(s, line, text) for s in texts_), guard,
+                                         negated, line, " ".join(text.split())))
             return
         if any(t.strip().startswith("{") for t in texts):
             for opcode_, texts_ in self._vector_elements(opcode, texts, line, text):
@@ -611,6 +641,37 @@ class _KernelParser:
         append(f"shl.b{bits}", joined, joined, Imm(half))
         append(f"cvt.{wide}.{narrow}", other, low)
         append(f"or.b{bits}", other, other, joined)
+
+    def _async_copy(self, opcode: str, texts: list[str], line: int, text: str):
+        """``cp.async.ca / .cg .shared.global [d], [s], 4 / 8 / 16`` (an asynchronous copy of global words into
+        shared memory: ``__pipeline_memcpy_async``, GEMM tutorials' inline assembly) as the word loads and stores it
+        makes, through a register of the parser's own (COPIED); its groups' commits and waits as nothing. The copy
+        is done when it is issued, which an asynchronous copy may be: the program may not touch its words before it
+        waits for it. A source size (zero-filling the rest), a cache policy and the bulk copies are refused."""
+        mods = opcode.split(".")[2:]
+        if mods in (["commit_group"], ["wait_all"], ["wait_group"]):
+            return []
+        if len(mods) != 3 or mods[0] not in ("ca", "cg") or mods[1:] != ["shared", "global"] or len(texts) != 3:
+            raise _err(line, "of the asynchronous copies, cp.async.ca / .cg .shared.global [d], [s], 4 / 8 / 16 "
+                             "(no source size or cache policy) and its commit_group / wait_group / wait_all run", text)
+        size = _parse_int(texts[2].strip(), line, text)
+        if size not in (4, 8, 16):
+            raise _err(line, f"cp.async copies 4, 8 or 16 bytes, not {size}", text)
+        self.k.registers.setdefault(COPIED, "b32")
+        self.counts.setdefault(COPIED, None)
+        where = []
+        for address in texts[:2]:
+            base = re.fullmatch(r"\[\s*([^\]+\-]+?)\s*(?:([+-])\s*(\w+))?\s*\]", address.strip())
+            if not base:
+                raise _err(line, f"bad memory operand {address.strip()}", text)
+            offset = _parse_int(base.group(3), line, text) * (-1 if base.group(2) == "-" else 1) if base.group(3) else 0
+            where.append((base.group(1), offset))
+        (d, d_offset), (src, s_offset) = where
+        accesses = []
+        for k in range(0, size, 4):
+            accesses.append(("ld.global.b32", [COPIED, f"[{src}+{s_offset + k}]"]))
+            accesses.append(("st.shared.b32", [f"[{d}+{d_offset + k}]", COPIED]))
+        return accesses
 
     def _vector_elements(self, opcode: str, texts: list[str], line: int, text: str):
         """A vector load or store (``ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1+16]``) as the scalar accesses it

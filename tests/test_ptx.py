@@ -180,6 +180,19 @@ def _body(lines: str) -> str:
 """ + lines + "\n\tret;\n}\n"
 
 
+def test_scoped_qualifiers_cache_hints_and_async_copies_read_as_what_they_are():
+    """``.shared::cta`` is ``.shared``; the cache hints (``.L1::no_allocate``, ``.L2::128B``, a prefetch's ``.L2``)
+    go; ``cp.async`` is its word loads and stores (its commits and waits nothing)."""
+    kernel = parse(_body("\tld.shared::cta.u32 %r1, [%r2];\n\tld.global.nc.L1::no_allocate.L2::128B.u32 %r3, [%rd1];"
+                         "\n\tprefetch.global.L2 [%rd1];\n\tcp.async.cg.shared.global [%r2+4], [%rd1+8], 8;"
+                         "\n\tcp.async.commit_group;\n\tcp.async.wait_group 0;\n\tcp.async.wait_all;")).kernels["k"]
+    opcodes = [i.opcode for i in kernel.body if hasattr(i, "opcode")]
+    assert opcodes == ["ld.shared.u32", "ld.global.nc.u32", "prefetch.global", "ld.global.b32", "st.shared.b32",
+                       "ld.global.b32", "st.shared.b32", "ret"]
+    copies = [i for i in kernel.body if getattr(i, "opcode", "").endswith(".b32")]
+    assert [(o.offset) for i in copies for o in i.operands if hasattr(o, "offset")] == [8, 4, 12, 8]
+
+
 @pytest.mark.parametrize("text, line, words", [
     (HEADER.replace("9.0", "6.0"), 1, "6.0"),
     (HEADER.replace("9.0", "9.9"), 1, "9.9"),
@@ -187,6 +200,11 @@ def _body(lines: str) -> str:
     (_body("\tmov.b64 %rd1, {%r1, %r2, %r3};"), 10, "mov.b64 takes a { } list of two 32-bit parts"),
     (_body("\tld.global.v2.u32 {%r1, %r2, %r3}, [%rd1];"), 10, "v2 takes 2 elements, not 3"),
     (_body("\t.reg .v2 .b32 %v<2>;"), 10, "vector"),
+    (_body("\tld.shared::cluster.u32 %r1, [%r2];"), 10, "a cluster's shared memory (.shared::cluster) is not "
+                                                        "supported"),
+    (_body("\tld.global.L2::cache_hint.u32 %r1, [%rd1], %rd2;"), 10, "a cache policy operand"),
+    (_body("\tcp.async.ca.shared.global [%r1], [%rd1], 4, %r2;"), 10, "no source size or cache policy"),
+    (_body("\tcp.async.cg.shared.global [%r1], [%rd1], 12;"), 10, "cp.async copies 4, 8 or 16 bytes, not 12"),
     (_body("\t.frobnicate 3;"), 10, "unknown directive .frobnicate"),
     (_body("\t.shared .align 4 .b8 buf[];"), 10, "without a size"),
     (_body("\t.shared .align 4 .b8 buf[16];\n\t.shared .align 4 .b8 buf[8];"), 11, "buf is declared twice"),

@@ -456,3 +456,34 @@ def test_the_command_line_takes_dynamic_shared_memory(tmp_path, capsys):
     dev = Device()
     dev.launch(dev.load_kernel(DYNAMIC_SHARED, "k"), threads=4, args=[0, 8], shared=16)
     assert len(records) == dev.stats["records"]
+
+
+ASYNC_COPY = r'''
+extern "C" __global__ void staged(int *y, const int *x, int n)
+{
+    __shared__ int tile[8];
+    int t = threadIdx.x;
+    // each thread copies two words of its pair's slice into shared memory, asynchronously (sm_80's cp.async)
+    unsigned to = (unsigned)__cvta_generic_to_shared(&tile[2 * (t / 2)]);
+    if (t % 2 == 0)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"(to), "l"(x + 2 * (t / 2)));
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;");
+    __syncthreads();
+    int v;
+    asm volatile("ld.shared::cta.u32 %0, [%1];" : "=r"(v)
+                 : "r"((unsigned)__cvta_generic_to_shared(&tile[(t + 1) % n])));
+    y[t] = v * 10 + tile[t];
+}'''
+
+
+def test_an_asynchronous_copy_to_shared_memory_and_a_shared_window_address():
+    """cp.async (global words into __shared__ ones, done when issued: its waits are then nothing) and
+    __cvta_generic_to_shared's 32-bit address of &tile[i] read by ld.shared::cta, across two warps, against
+    numpy."""
+    dev = Device()
+    y, x = dev.alloc(8), dev.alloc(8)
+    values = np.arange(8) * 3 + 1
+    dev.write(x, values)
+    dev.launch(dev.load_kernel(ASYNC_COPY, "staged"), threads=8, args=[y, x, 8])
+    np.testing.assert_array_equal(dev.read(y, 8), np.roll(values, -1) * 10 + values)

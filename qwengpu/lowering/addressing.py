@@ -27,7 +27,8 @@ class AddressOps:
                 for o in ops[1:])):
             self._byte_arithmetic(read, dst)
             return
-        if base in ("mov", "cvta"):
+        if base in ("mov", "cvta") or (base == "cvt" and isinstance(ops[1], Reg) and ops[1].name in self.addresses):
+            # (cvt.u32.u64 of an address: __cvta_generic_to_shared's 32-bit shared address, the same words)
             self.op("a", self.word(read, ops[1]), dst=dst)
         elif base in ("add", "sub", "and", "or", "xor"):
             self.op(base, self.word(read, ops[1]), self.word(read, ops[2]), dst=dst)

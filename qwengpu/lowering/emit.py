@@ -727,8 +727,9 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
     def instruction(self, inst: Instruction, pred: Predicate, state: dict, read) -> None:
         self.inst = inst
         base = inst.base
-        if base in ("membar", "fence", "bar", "barrier", "nanosleep"):
-            # fences order nothing one warp at a time; a sleep is a hint about time, which the machine has none of
+        if base in ("membar", "fence", "bar", "barrier", "nanosleep", "prefetch", "prefetchu"):
+            # fences order nothing one warp at a time; a sleep is a hint about time, which the machine has none of;
+            # a prefetch, one about caches, which it has none of either
             if base in ("bar", "barrier"):
                 self._barrier(read)
             return

@@ -115,8 +115,8 @@ def unsupported(inst: Instruction, why: str = "") -> MachineError:
 
 def destination(inst: Instruction) -> str | None:
     """The register an instruction writes, or None (stores, fences, barriers, branches)."""
-    if inst.base in ("st", "red", "membar", "fence", "bar", "barrier", "nanosleep", "bra", "ret", "exit") or \
-            not inst.operands:
+    if inst.base in ("st", "red", "membar", "fence", "bar", "barrier", "nanosleep", "prefetch", "prefetchu", "bra",
+                     "ret", "exit") or not inst.operands:
         return None
     first = inst.operands[0]
     return first.name if isinstance(first, Reg) else None
