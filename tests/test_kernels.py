@@ -444,6 +444,27 @@ extern "C" __global__ void rotate(unsigned *y, const unsigned *a, const int *s) 
 }'''
 
 
+@pytest.mark.parametrize("op", ["shr.s16", "shr.u16", "shl.b16"])
+def test_a_16_bit_shift_by_an_amount_the_kernel_loads(op):
+    """PTX's 16-bit shifts by a 32-bit amount (inline assembly on .b16 registers), which PTX clamps to 16: the
+    value's sign fills a shr.s16 from 15 on, 0 is left of the others from 16 on (an amount of 0x10001 is not 1),
+    against Python's integers."""
+    source = ('extern "C" __global__ void k(unsigned *y, const unsigned *x) { int i = threadIdx.x; '
+              'unsigned short a = x[i], r; unsigned b = x[i + 8]; '
+              f'asm("{{ .reg .b16 t, v; .reg .b32 n; mov.b16 v, %1; mov.b32 n, %2; {op} t, v, n; mov.b16 %0, t; }}" '
+              ': "=h"(r) : "h"(a), "r"(b)); y[i] = r; }')
+    values = [0x8000, 0xFFFF, 0x7FFF, 0x1234, 0x8001, 5, 0xF00F, 0xC3A5]
+    amounts = [3, 17, 15, 16, 1, 0, 40, 0x10001]
+    dev = Device()
+    dev.write(40, values + amounts)
+    dev.launch(dev.load_kernel(source, "k"), threads=8, args=[0, 40])
+    signed = [v - 0x10000 if v & 0x8000 else v for v in values]
+    want = {"shr.s16": [(v >> min(n, 15)) & 0xFFFF for v, n in zip(signed, amounts)],
+            "shr.u16": [v >> n if n < 16 else 0 for v, n in zip(values, amounts)],
+            "shl.b16": [(v << n) & 0xFFFF if n < 16 else 0 for v, n in zip(values, amounts)]}[op]
+    assert [int(v) & 0xFFFF for v in dev.read(0, 8)] == want
+
+
 def test_a_byte_permute_by_a_selector_the_kernel_loads():
     """__byte_perm(x, y, s) with s in a register (PTX's prmt, default mode): each nibble of s picks a byte of
     {y, x} (0-3 from x, 4-7 from y; CUDA's __byte_perm reads 3 bits of it, NVRTC masks s with 0x7777, so PTX's

@@ -454,7 +454,11 @@ class ArithmeticOps:
         bits = width(self.inst)
         amount = read(sources(self.inst)[1])
         if bits < 32 and not (isinstance(amount, Const) and amount.value < bits):
-            raise unsupported(self.inst, f"a {bits}-bit shift by a register")
+            # a 16-bit value shifted by a 32-bit amount, which PTX clamps to the width: the value extended to a
+            # word (its sign for shr.s), the word's shift (all its bits gone, or its sign, by 16 or more), narrowed
+            value = self._extended(read, 0, bits, op == "shr_s")
+            self._narrow(self.op(op, value, self.src(read, 1)), dst, bits)
+            return
         self._binary(read, dst, op, extend=op != "shl")
 
     def _op_min(self, read, dst):
