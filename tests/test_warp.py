@@ -226,6 +226,42 @@ def test_warp_matches_follow_the_isa(n, x):
     assert (got[:, n:] == 0x5A5A5A5A).all()
 
 
+def _mixed(v: int, k: int) -> int:
+    return ((v * (2 * k + 3)) & 0xFFFFFFFF) ^ (v >> (k % 7 + 1))
+
+
+def test_warp_instructions_in_a_program_cut_into_overlays_stay_whole():
+    """Two warps, a program long enough to be cut into overlays, shuffles and a ballot in its middle. The block's
+    warps run an overlay each before either goes on, so a cut between a warp's stores to the exchange words and
+    its loads of them would give it the other warp's values: warp instructions are never cut. (With such cuts
+    allowed, this program fails, and so did 21 of 60 like it with the shuffles and the ballot alone, the shortest
+    at 12 steps before them.)"""
+    steps = 12
+    body = "".join(f"v = (v * {2 * k + 3}u) ^ (v >> {k % 7 + 1});\n" for k in range(steps))
+    source = ('extern "C" __global__ void k(unsigned *y, const unsigned *x) {\n int t = threadIdx.x;\n'
+              ' unsigned v = x[t];\n' + body +
+              ' unsigned s = __shfl_xor_sync(0xffffffffu, v, 1) + __shfl_down_sync(0xffffffffu, v, 2, 4);\n'
+              ' y[t] = s + 7u * __ballot_sync(0xffffffffu, v & 2u) + __match_any_sync(0xffffffffu, v & 1u);\n}')
+    x = [(t * 2654435761) & 0xFFFFFFFF for t in range(8)]
+    dev = Device()
+    out, xs = dev.alloc(8), dev.alloc(8)
+    dev.write(xs, u32(x).view(np.int32))
+    kernel = dev.load_kernel(source, "k")
+    dev.launch(kernel, threads=8, args=[out, xs])
+    assert kernel.program((out, xs), 8).overlays
+    v = x
+    for k in range(steps):
+        v = [_mixed(a, k) for a in v]
+    want = []
+    for t in range(8):
+        warp = warps(8)[t // WARP_SIZE]
+        s = v[t ^ 1] + (v[t + 2] if t % WARP_SIZE < 2 else v[t])
+        ballot = sum(1 << (u % WARP_SIZE) for u in warp if v[u] & 2)
+        match = sum(1 << (u % WARP_SIZE) for u in warp if v[u] & 1 == v[t] & 1)
+        want.append((s + 7 * ballot + match) & 0xFFFFFFFF)
+    np.testing.assert_array_equal(dev.read(out, 8).view(np.uint32), u32(want))
+
+
 # ------------------------------------------------------------------------------------------------ other backends
 
 def test_the_circuit_writes_the_interpreters_tokens_for_a_warp_sum():

@@ -37,7 +37,7 @@ from .memory import MemoryOps
 from .mop import MOp
 from .pointers import address_registers
 from .predicates import FALSE, TRUE, Predicate
-from .transfer import evaluate, guard_value, make_reader, registers_read, sources, step
+from .transfer import WARP_INSTRUCTIONS, evaluate, guard_value, make_reader, registers_read, sources, step
 from .values import (DYNAMIC, LANE_SPECIAL, MASK32, SPECIAL, THREAD_INDEX, Affine, Const, Context, destination,
                      unsupported, width)
 from .warp import WarpOps
@@ -95,6 +95,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         self.kernel, self.blocks, self.states, self.context = kernel, blocks, states, context
         self.mops: list[MOp] = []
         self.barrier = False
+        self.exchanges = 0              # warp instructions emitted so far (MOp.exchange)
         self.temps = itertools.count()
         self.materialized = _Truths()
         self.addresses = address_registers(kernel.body)
@@ -760,7 +761,14 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         elif dst in self.dynamic:
             value_here = evaluate(inst, read, self.context)
             if value_here is not None:
+                first = len(self.mops)
                 self._compute(read, dst, value_here)
+                if base in WARP_INSTRUCTIONS:
+                    # a lane's store to the exchange words and the loads of the others' are one warp's run only
+                    # if no overlay's end falls between them (at one, the block's other warps run that overlay)
+                    self.exchanges += 1
+                    for mop in self.mops[first:]:
+                        mop.exchange = self.exchanges
         step(inst, state, read, self.context)
         self.invalidate(dst)
         if inst.pair is not None:

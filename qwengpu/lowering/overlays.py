@@ -18,7 +18,9 @@ short and fits, else found by galloping from the last overlay's length, then bis
 the overlay it tries);
 then, in the run's last quarter, where the fewest registers are live across the cut (anywhere in the run when the
 state would not fit memory otherwise); and not inside a loop that fits an overlay of its own (the cut moves before
-it, or every trip would cost a round of the overlays).
+it, or every trip would cost a round of the overlays). Never between two ops of one warp instruction (a shuffle's
+stores to the exchange words and its loads: ``MOp.exchange``), since the block's other warps run an overlay before
+a warp goes on to the next one, and would write those words in between.
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
@@ -99,6 +101,9 @@ class _Cutter:
         self.jumps = [(i, m.target_index) for i, m in enumerate(mops) if m.jumps and m.target_index < n]
         self.after_barriers = [i + 1 for i, m in enumerate(mops) if m.barrier and i + 1 < n]
         self.barrier = any(m.barrier for m in mops)
+        # no cut between two ops of one warp instruction: the block's other warps run an overlay before a warp goes
+        # on to the next, and would write the exchange words between its store and its loads
+        self.uncut = {i for i in range(1, n) if mops[i].exchange and mops[i].exchange == mops[i - 1].exchange}
 
     def loops(self) -> list[tuple[int, int]]:
         """(first op, op of the branch back to it) of each loop: a branch to itself or an earlier op."""
@@ -292,6 +297,8 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
         start = bounds[-1]
 
         def good(stop: int) -> bool:
+            if stop in cutter.uncut:
+                return False
             deadline.check(f"cutting into overlays (overlay {len(bounds)}, op {start} of {n})")
             k = len(bounds) - 1
             programs, _ = cutter.programs(bounds + [stop] + ([n] if stop < n else []), only=k)
@@ -303,7 +310,10 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
             programs, _ = cutter.programs(bounds + [first, stop] + ([n] if stop < n else []), only=k)
             return fits(programs[k])
 
-        if not good(start + 1):
+        first = start + 1
+        while first in cutter.uncut:        # a warp instruction's ops are one run
+            first += 1
+        if not good(first):
             mop = mops[start]
             kept = max(len(cutter.kept[start]), len(cutter.kept[start + 1]) if start + 1 < len(mops) else 0)
             raise MachineError(f"{why}; cut into overlays, the op for line {mop.line} ({mop.text}) does not fit one "
@@ -313,7 +323,7 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
         # program's end lowered thousands of ops, and fusion is quadratic in them). Fitting is not quite monotone
         # (a cut where many registers are live costs their stores), so the stop found is one that fits, not always
         # the longest.
-        lo, step = start + 1, max(1, bounds[-1] - bounds[-2]) if len(bounds) > 1 else 16
+        lo, step = first, max(1, bounds[-1] - bounds[-2]) if len(bounds) > 1 else 16
         hi = n
         if n - start > 4 * step or not good(n):
             while lo + step < n and good(lo + step):
