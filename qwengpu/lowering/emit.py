@@ -95,7 +95,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         self.kernel, self.blocks, self.states, self.context = kernel, blocks, states, context
         self.mops: list[MOp] = []
         self.barrier = False
-        self.exchanges = 0              # warp instructions emitted so far (MOp.exchange)
+        self.wholes = 0                 # the warp instructions emitted so far (MOp.whole)
         self.temps = itertools.count()
         self.materialized = _Truths()
         self.addresses = address_registers(kernel.body)
@@ -726,6 +726,17 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         return dst
 
     def instruction(self, inst: Instruction, pred: Predicate, state: dict, read) -> None:
+        first = len(self.mops)
+        self._instruction(inst, pred, state, read)
+        # A warp instruction passes values through the exchange words (a lane's store, then loads of the others'):
+        # that is one warp's run only if no overlay's end falls inside it, since at one the block's other warps run
+        # that overlay (lowering.overlays).
+        if len(self.mops) > first and inst.base in WARP_INSTRUCTIONS:
+            self.wholes += 1
+            for mop in self.mops[first:]:
+                mop.whole = self.wholes
+
+    def _instruction(self, inst: Instruction, pred: Predicate, state: dict, read) -> None:
         self.inst = inst
         base = inst.base
         if base in ("membar", "fence", "bar", "barrier", "nanosleep", "prefetch", "prefetchu"):
@@ -761,14 +772,7 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         elif dst in self.dynamic:
             value_here = evaluate(inst, read, self.context)
             if value_here is not None:
-                first = len(self.mops)
                 self._compute(read, dst, value_here)
-                if base in WARP_INSTRUCTIONS:
-                    # a lane's store to the exchange words and the loads of the others' are one warp's run only
-                    # if no overlay's end falls between them (at one, the block's other warps run that overlay)
-                    self.exchanges += 1
-                    for mop in self.mops[first:]:
-                        mop.exchange = self.exchanges
         step(inst, state, read, self.context)
         self.invalidate(dst)
         if inst.pair is not None:

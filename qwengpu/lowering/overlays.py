@@ -19,8 +19,8 @@ the overlay it tries);
 then, in the run's last quarter, where the fewest registers are live across the cut (anywhere in the run when the
 state would not fit memory otherwise); and not inside a loop that fits an overlay of its own (the cut moves before
 it, or every trip would cost a round of the overlays). Never between two ops of one warp instruction (a shuffle's
-stores to the exchange words and its loads: ``MOp.exchange``), since the block's other warps run an overlay before
-a warp goes on to the next one, and would write those words in between.
+stores to the exchange words and its loads: ``MOp.whole``), since the block's other warps run an overlay before a
+warp goes on to the next one, and would write those words in between.
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
@@ -102,8 +102,13 @@ class _Cutter:
         self.after_barriers = [i + 1 for i, m in enumerate(mops) if m.barrier and i + 1 < n]
         self.barrier = any(m.barrier for m in mops)
         # no cut between two ops of one warp instruction: the block's other warps run an overlay before a warp goes
-        # on to the next, and would write the exchange words between its store and its loads
-        self.uncut = {i for i in range(1, n) if mops[i].exchange and mops[i].exchange == mops[i - 1].exchange}
+        # on to the next, and would write the exchange words between its store and its loads (from its first op to
+        # its last, the lane predicates between included)
+        spans: dict[int, list[int]] = {}
+        for i, m in enumerate(mops):
+            if m.whole:
+                spans.setdefault(m.whole, [i, i])[1] = i
+        self.uncut = {i for first, last in spans.values() for i in range(first + 1, last + 1)}
 
     def loops(self) -> list[tuple[int, int]]:
         """(first op, op of the branch back to it) of each loop: a branch to itself or an earlier op."""
