@@ -1,6 +1,6 @@
 """What the stages that rewrite PTX instructions as other PTX instructions share (qwengpu.lowering.doubles,
-qwengpu.lowering.carries): fresh temporaries under a prefix no register of the kernel has, and instructions that
-keep the line and text of the one they replace (a refusal names the CUDA line it comes from).
+qwengpu.lowering.carries, qwengpu.lowering.packed): fresh temporaries under a prefix no register of the kernel has,
+and instructions that keep the line and text of the one they replace (a refusal names the CUDA line it comes from).
 
 Example::
 
