@@ -19,9 +19,8 @@ the overlay it tries);
 then, in the run's last quarter, where the fewest registers are live across the cut (anywhere in the run when the
 state would not fit memory otherwise); and not inside a loop that fits an overlay of its own (the cut moves before
 it, or every trip would cost a round of the overlays). Never between two ops of one warp instruction (a shuffle's
-stores to the exchange words and its loads: ``MOp.whole``), nor inside an atomic's turn (a lane's load of the word,
-then its store of it), since the block's other warps run an overlay before a warp goes on to the next one, and would
-write those words in between.
+stores to the exchange words and its loads: ``MOp.whole``), since the block's other warps run an overlay before a
+warp goes on to the next one, and would write those words in between.
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
@@ -88,14 +87,6 @@ class _Layout:
         return self.ops
 
 
-def _opcode_base(text: str) -> str:
-    """The base of the PTX instruction an op's text holds, past a guard: "atom" for "@%p1 atom.global.cas.b64 ..."."""
-    words = text.split()
-    if words and words[0].startswith("@"):
-        words = words[1:]
-    return words[0].split(".", 1)[0] if words else ""
-
-
 class _Cutter:
     """The program's edges across cuts and what each resume point keeps, for one list of cuts."""
 
@@ -118,17 +109,6 @@ class _Cutter:
             if m.whole:
                 spans.setdefault(m.whole, [i, i])[1] = i
         self.uncut = {i for first, last in spans.values() for i in range(first + 1, last + 1)}
-        # nor inside an atomic's turn: from a lane's load of a word to its store of that word, the ops of one atomic
-        # (by its PTX text, which the pairs and floats stages keep on what they write for it: a 64-bit atomic's two
-        # words, a float atomicAdd's compare-and-swap), so that no other warp writes the word in between
-        latest: dict[tuple, int] = {}
-        for i, m in enumerate(mops):
-            if _opcode_base(m.text) not in ("atom", "red"):
-                continue
-            if m.store is not None and (m.text, m.store) in latest:
-                self.uncut.update(range(latest[(m.text, m.store)] + 1, i + 1))
-            if m.load and not m.atomic:
-                latest[(m.text, m.a)] = i
 
     def loops(self) -> list[tuple[int, int]]:
         """(first op, op of the branch back to it) of each loop: a branch to itself or an earlier op."""
