@@ -29,6 +29,12 @@ propagate = importlib.import_module("qwengpu.lowering.propagate").propagate
 HEADER = ".version 8.0\n.target sm_90\n.address_size 64\n"
 
 
+def launchable(body: str) -> str:
+    """PTX text of a kernel k(u64, u32) around ``body``, for a Device to load."""
+    return HEADER + (".visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)\n{\n"
+                     ".reg .pred %p<8>; .reg .b32 %r<16>; .reg .b64 %rd<16>;\n" + body + "\n}\n")
+
+
 def kernel(body: str, params: str = ".param .u64 k_param_0, .param .u32 k_param_1", regs: str = "") -> object:
     decls = regs or ".reg .pred %p<8>; .reg .b16 %rs<8>; .reg .b32 %r<16>; .reg .b64 %rd<16>;"
     return parse(HEADER + f".visible .entry k({params})\n{{\n{decls}\n{body}\n}}\n").kernels["k"]
@@ -172,8 +178,7 @@ def test_emitted_sequence_matches_ptx_semantics(text, typ):
     {text}
     st.global.u32 [%rd3+64], %r3;
     ret;"""
-    k_text = HEADER + (".visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)\n{\n"
-                       ".reg .pred %p<8>; .reg .b32 %r<16>; .reg .b64 %rd<16>;\n" + body + "\n}\n")
+    k_text = launchable(body)
     inst = [i for i in kernel(body).body if getattr(i, "text", "").startswith(text.split()[0])][0]
     rng = np.random.default_rng(len(text))
     a = rng.integers(0, 1 << 32, 8, dtype=np.uint64)
@@ -209,8 +214,7 @@ def test_a_modifier_the_lowering_does_not_read_is_refused_not_ignored(text, why)
     {text}
     st.global.u32 [%rd1+8], %r3;
     ret;"""
-    k_text = HEADER + (".visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)\n{\n"
-                       ".reg .pred %p<8>; .reg .b32 %r<16>; .reg .b64 %rd<16>;\n" + body + "\n}\n")
+    k_text = launchable(body)
     dev = Device()
     dev.write(0, [5, 6, 7])
     with pytest.raises(MachineError, match=re.escape(why)):

@@ -28,11 +28,9 @@ Example::
 """
 from __future__ import annotations
 
-import dataclasses
-
 from ..isa import MachineError
 from ..ptx import Imm, Instruction, Kernel, Reg
-from .rewriting import Rewriter
+from .rewriting import Rewriter, rewrite_chosen
 
 __all__ = ["rewrite", "CARRYING"]
 
@@ -47,11 +45,7 @@ def _carries(inst: Instruction) -> bool:
 
 def rewrite(kernel: Kernel) -> Kernel:
     """The kernel with each carry-chain instruction written as plain instructions and a carry register."""
-    if not any(isinstance(i, Instruction) and _carries(i) for i in kernel.body):
-        return kernel
-    builder = _Builder(kernel)
-    body = builder.run(kernel.body, _carries)
-    return dataclasses.replace(kernel, body=body, registers={**kernel.registers, **builder.temporaries})
+    return rewrite_chosen(kernel, _carries, _Builder)
 
 
 class _Builder(Rewriter):

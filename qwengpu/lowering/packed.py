@@ -27,11 +27,10 @@ Example::
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 
 from ..ptx import Imm, Instruction, Kernel
-from .rewriting import Rewriter
+from .rewriting import Rewriter, rewrite_chosen
 from .values import unsupported
 
 __all__ = ["rewrite", "is_packed"]
@@ -49,11 +48,7 @@ def is_packed(inst: Instruction) -> bool:
 def rewrite(kernel: Kernel) -> Kernel:
     """The kernel with each ``.u16x2`` / ``.s16x2`` add, sub, min and max, and each ``.relu``, written as word
     instructions."""
-    if not any(isinstance(i, Instruction) and is_packed(i) for i in kernel.body):
-        return kernel
-    builder = _Builder(kernel)
-    body = builder.run(kernel.body, is_packed)
-    return dataclasses.replace(kernel, body=body, registers={**kernel.registers, **builder.temporaries})
+    return rewrite_chosen(kernel, is_packed, _Builder)
 
 
 class _Builder(Rewriter):

@@ -12,9 +12,21 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
+
 from ..ptx import Instruction, Kernel, Reg
 
-__all__ = ["Rewriter"]
+__all__ = ["Rewriter", "rewrite_chosen"]
+
+
+def rewrite_chosen(kernel: Kernel, chosen, builder) -> Kernel:
+    """The kernel with each instruction ``chosen`` picks written by ``builder(kernel)`` (a Rewriter), its
+    temporaries declared; the kernel itself where ``chosen`` picks none."""
+    if not any(isinstance(i, Instruction) and chosen(i) for i in kernel.body):
+        return kernel
+    writer = builder(kernel)
+    body = writer.run(kernel.body, chosen)
+    return dataclasses.replace(kernel, body=body, registers={**kernel.registers, **writer.temporaries})
 
 
 class Rewriter:

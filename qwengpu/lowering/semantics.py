@@ -94,14 +94,18 @@ def prmt(a: int, b: int, selector: int) -> int:
     return out
 
 
+def _lane(word: int, i: int, bits: int, is_signed: bool) -> int:
+    """Lane i of ``bits`` bits of a word, as a signed or an unsigned integer."""
+    v = (word >> (bits * i)) & ((1 << bits) - 1)
+    return to_signed(v, bits) if is_signed else v
+
+
 def _packed_lanes(base: str, is_signed: bool, relu: bool, values: list[int]) -> int:
     """add / sub / min / max of two 16-bit lanes a word (.u16x2 / .s16x2), each lane on its own; with .relu a
     negative lane is 0."""
     result = 0
     for lane in range(2):
-        x, y = ((v >> (16 * lane)) & 0xFFFF for v in values)
-        if is_signed:
-            x, y = to_signed(x, 16), to_signed(y, 16)
+        x, y = (_lane(v, lane, 16, is_signed) for v in values)
         r = {"add": x + y, "sub": x - y, "min": min(x, y), "max": max(x, y)}[base]
         r = max(r, 0) if relu else r
         result |= (r & 0xFFFF) << (16 * lane)
@@ -116,9 +120,7 @@ def _absolute_differences(lanes: int, inst: Instruction, values: list[int]) -> i
     bits = 32 // lanes
     parts = []
     for lane in range(lanes):
-        x, y = ((v >> (bits * lane)) & ((1 << bits) - 1) for v in values[:2])
-        if "s32" in inst.modifiers:
-            x, y = to_signed(x, bits), to_signed(y, bits)
+        x, y = (_lane(v, lane, bits, "s32" in inst.modifiers) for v in values[:2])
         parts.append(abs(x - y))
     if "add" in inst.modifiers:
         return (sum(parts) + values[2]) & 0xFFFFFFFF
@@ -135,10 +137,8 @@ def _dot_product(base: str, mods: tuple, values: list[int]) -> int | None:
     first = 2 if "hi" in mods else 0
     total = values[2]
     for i in range(4 if base == "dp4a" else 2):
-        x = (values[0] >> (a_bits * i)) & ((1 << a_bits) - 1)
-        y = (values[1] >> (8 * (i if base == "dp4a" else first + i))) & 0xFF
-        x = to_signed(x, a_bits) if typed[0] == "s32" else x
-        y = to_signed(y, 8) if typed[1] == "s32" else y
+        x = _lane(values[0], i, a_bits, typed[0] == "s32")
+        y = _lane(values[1], i if base == "dp4a" else first + i, 8, typed[1] == "s32")
         total += x * y
     return total & 0xFFFFFFFF
 
