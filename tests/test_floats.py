@@ -354,6 +354,7 @@ def test_float_to_an_integer_in_every_rounding_saturates_to_its_range(kind, roun
     ("\tmax.ftz.f32 %f3, %f1, %f2;", ".ftz flushes subnormals"),
     ("\tmax.xorsign.abs.f32 %f3, %f1, %f2;", "max.f32 with .xorsign, .abs"),
     ("\tsetp.lt.and.f32 %p1, %f1, %f2, %p2;", "combining operation"),
+    ("\tcvt.sat.f32.f32 %f3, %f1;", "a conversion that saturates"),
 ])
 def test_float_arithmetic_is_refused_by_name_and_line(body, named):
     dev = Device()

@@ -637,6 +637,10 @@ class _Rewriter:
         __float2int_rn / _rd / _ru): bit work on the exponent and the fraction; cvt.rn.f32.s32 / u32 ((float)i) and of the narrow integers
         (s16 / u16 / s8 / u8, widened first): _from_integer. Other conversions are refused."""
         mods = inst.modifiers
+        if "sat" in mods:
+            raise _refuse(inst, "the machine has no floating point: a conversion that saturates (.sat: __saturatef, "
+                                "and the clamp fminf(fmaxf(x, 0.0f), 1.0f), which NVRTC writes so) is not built, as "
+                                "the sign it gives -0 is a GPU's to tell and none has checked it")
         dst, (x,) = self._operands(inst, 1)
         if mods in (("rzi", "f32", "f32"), ("rmi", "f32", "f32"), ("rpi", "f32", "f32")):
             self._round_to_integer(dst, x, mods[0])
