@@ -65,6 +65,9 @@ class Instruction:
     text: str                   # the statement as written, stripped, without the ';'
     pair: Reg | None = None     # the second destination of "d|p": shfl's source-in-range predicate (setp's
     #                             negated result, which the lowering refuses)
+    whole: int = 0              # the instructions a lowering stage writes for a lane's turn at an atomic (a
+    #                             64-bit atomic's loads of its two words, then its stores) share this number: no
+    #                             overlay's end falls among them (lowering.overlays)
 
     # cached: the lowering asks each instruction for these thousands of times per launch configuration
     @cached_property

@@ -95,7 +95,8 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         self.kernel, self.blocks, self.states, self.context = kernel, blocks, states, context
         self.mops: list[MOp] = []
         self.barrier = False
-        self.wholes = 0                 # the warp instructions emitted so far (MOp.whole)
+        self.wholes = 0                 # the spans kept whole emitted so far (MOp.whole)
+        self.whole_of = 0               # the last instruction's Instruction.whole (its stage's number for it)
         self.temps = itertools.count()
         self.materialized = _Truths()
         self.addresses = address_registers(kernel.body)
@@ -730,11 +731,22 @@ class Emitter(MemoryOps, AddressOps, ArithmeticOps, BitOps, WarpOps):
         self._instruction(inst, pred, state, read)
         # A warp instruction passes values through the exchange words (a lane's store, then loads of the others'):
         # that is one warp's run only if no overlay's end falls inside it, since at one the block's other warps run
-        # that overlay (lowering.overlays).
-        if len(self.mops) > first and inst.base in WARP_INSTRUCTIONS:
-            self.wholes += 1
+        # that overlay (lowering.overlays). So is a lane's turn at an atomic (its load of the word, then its store),
+        # which the instructions a stage wrote for it mark with one number (Instruction.whole: a 64-bit atomic's).
+        if len(self.mops) == first:
+            return
+        if inst.base in WARP_INSTRUCTIONS or inst.whole and inst.whole != self.whole_of:
+            self.keep_whole(first)
+        elif inst.whole:                    # the turn of the instruction before goes on
             for mop in self.mops[first:]:
                 mop.whole = self.wholes
+        self.whole_of = inst.whole
+
+    def keep_whole(self, first: int) -> None:
+        """The ops from ``first`` on are one span, which no overlay's end falls in (``MOp.whole``)."""
+        self.wholes += 1
+        for mop in self.mops[first:]:
+            mop.whole = self.wholes
 
     def _instruction(self, inst: Instruction, pred: Predicate, state: dict, read) -> None:
         self.inst = inst

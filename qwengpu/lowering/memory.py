@@ -146,6 +146,7 @@ class MemoryOps:
         self.emit(MOp("eq", (rank, 0), (left, 0), turn), TRUE)
         self.mops[head].labels.add(f"lanes{head}")
         mine = self.pred & Predicate.atom(turn)
+        load = len(self.mops)
         self.emit(MOp("a", where, dst=old, load=True), mine)
         if op == "inc":             # atomicInc: old >= v ? 0 : old + 1, as (old + 1) * (old < v)
             below = self.temp()
@@ -168,6 +169,7 @@ class MemoryOps:
             self.emit(MOp("eq", (old, 0), compare, equal), mine)
             self.emit(MOp("a", value, store=where), mine & Predicate.atom(equal))
             self.invalidate(equal)
+        self.keep_whole(load)       # the lane's turn: no other warp writes the word between its load and its store
         loop = self.emit(MOp("add", (left, 0), (None, MASK32), left, branch="nonzero", target="lanes"), TRUE)
         loop.target_index = head
         self.invalidate(turn)

@@ -83,8 +83,9 @@ class MOp:
     parks: bool = False             # the block where a warp stops at a barrier (or leaves its overlay)
     waits: bool = False             # a parking block of a barrier: the warp waits there for every warp of the block
     lane_predicate: bool = False    # computes one of the emitter's lane predicates (lowering.barriers reads it)
-    whole: int = 0                  # the warp instruction (numbered from 1) this op is of: its ops stay in one
-    #                                 overlay, as they pass values through the exchange words (lowering.overlays)
+    whole: int = 0                  # the span (numbered from 1) this op is of, whose ops stay in one overlay: a
+    #                                 warp instruction (values passed through the exchange words), a lane's turn
+    #                                 at an atomic (its load of the word, then its store) (lowering.overlays)
 
     @property
     def jumps(self) -> bool:

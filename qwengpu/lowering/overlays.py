@@ -15,12 +15,16 @@ is computed and stored by the machine.
 
 The cuts: from each overlay's first op, a long run whose program fits (blocks and registers): the rest if it is
 short and fits, else found by galloping from the last overlay's length, then bisection (each trial lowers only
-the overlay it tries);
-then, in the run's last quarter, where the fewest registers are live across the cut (anywhere in the run when the
-state would not fit memory otherwise); and not inside a loop that fits an overlay of its own (the cut moves before
-it, or every trip would cost a round of the overlays). Never between two ops of one warp instruction (a shuffle's
-stores to the exchange words and its loads: ``MOp.whole``), since the block's other warps run an overlay before a
-warp goes on to the next one, and would write those words in between.
+the overlay it tries); then, in the run's last quarter, where the fewest registers are live across the cut
+(anywhere in the run when the state would not fit memory otherwise); and not inside a loop that fits an overlay of
+its own (the cut moves before it, or after it where the run starts at it, or every trip would cost a round of the
+overlays). Never inside a span of ops kept whole (``MOp.whole``; the search steps over them): a warp instruction (a
+shuffle's stores to the exchange words and its loads) or a lane's turn at an atomic (its load of the word, then its
+store; a 64-bit atomic's two words), since the block's other warps run an overlay before a warp goes on to the next
+one, and would write those words in between. An atomic's loop of turns is a loop like any: where it fits an
+overlay it is not cut, so a warp's atomic is done, its lanes in order, before another warp's starts (the order a C
+reference that runs the threads one after another reproduces); where it does not (a float atomicAdd's
+compare-and-swap loop, about 170 blocks), the warps' turns interleave, each still whole.
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
@@ -101,14 +105,21 @@ class _Cutter:
         self.jumps = [(i, m.target_index) for i, m in enumerate(mops) if m.jumps and m.target_index < n]
         self.after_barriers = [i + 1 for i, m in enumerate(mops) if m.barrier and i + 1 < n]
         self.barrier = any(m.barrier for m in mops)
-        # no cut between two ops of one warp instruction: the block's other warps run an overlay before a warp goes
-        # on to the next, and would write the exchange words between its store and its loads (from its first op to
-        # its last, the lane predicates between included)
+        # no cut between two ops of one warp instruction or of a lane's turn at an atomic: the block's other warps
+        # run an overlay before a warp goes on to the next, and would write the exchange words between its store and
+        # its loads, or the word between a lane's load and store of it (from its first op to its last, the lane
+        # predicates between included)
         spans: dict[int, list[int]] = {}
         for i, m in enumerate(mops):
             if m.whole:
                 spans.setdefault(m.whole, [i, i])[1] = i
         self.uncut = {i for first, last in spans.values() for i in range(first + 1, last + 1)}
+
+    def cut_from(self, stop: int) -> int:
+        """The first op from ``stop`` on that a cut may go before (past the spans kept whole)."""
+        while stop in self.uncut:
+            stop += 1
+        return stop
 
     def loops(self) -> list[tuple[int, int]]:
         """(first op, op of the branch back to it) of each loop: a branch to itself or an earlier op."""
@@ -315,9 +326,7 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
             programs, _ = cutter.programs(bounds + [first, stop] + ([n] if stop < n else []), only=k)
             return fits(programs[k])
 
-        first = start + 1
-        while first in cutter.uncut:        # a warp instruction's ops are one run
-            first += 1
+        first = cutter.cut_from(start + 1)      # a span kept whole is one run
         if not good(first):
             mop = mops[start]
             kept = max(len(cutter.kept[start]), len(cutter.kept[start + 1]) if start + 1 < len(mops) else 0)
@@ -328,16 +337,22 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
         # program's end lowered thousands of ops, and fusion is quadratic in them). Fitting is not quite monotone
         # (a cut where many registers are live costs their stores), so the stop found is one that fits, not always
         # the longest.
+        # A stop inside a span kept whole is no cut: the search steps over the spans (a stop that failed there
+        # would end it short of what follows them).
         lo, step = first, max(1, bounds[-1] - bounds[-2]) if len(bounds) > 1 else 16
         hi = n
         if n - start > 4 * step or not good(n):
-            while lo + step < n and good(lo + step):
-                lo, step = lo + step, step * 2
-            hi = min(lo + step, n)
+            while cutter.cut_from(lo + step) < n and good(cutter.cut_from(lo + step)):
+                lo, step = cutter.cut_from(lo + step), step * 2
+            hi = min(cutter.cut_from(lo + step), n)
         else:
             lo = n
         while hi - lo > 1:
             mid = (lo + hi) // 2
+            below = next((k for k in range(mid, lo, -1) if k not in cutter.uncut), None)
+            mid = below if below is not None else cutter.cut_from(mid)
+            if mid >= hi:
+                break
             if good(mid):
                 lo = mid
             else:
@@ -351,9 +366,15 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
             lo = next(stop for stop in near if stop == lo or good(stop))
             # A cut inside a loop that would fit an overlay of its own costs a round of the overlays every trip:
             # cut before the outermost such loop instead, so it runs from one ROM.
+            # One that starts the run and fits it (the search may have stopped short inside it: a cut in a loop
+            # costs the exits and entries of its branch back, so a shorter run fails where the whole loop fits) is
+            # taken whole.
             for head, latch in sorted(cutter.loops()):
                 if start < head < lo <= latch and whole(head, latch + 1) and good(head):
                     lo = head
+                    break
+                if head == start < lo <= latch and good(latch + 1):
+                    lo = latch + 1
                     break
         bounds.append(lo)
     return bounds

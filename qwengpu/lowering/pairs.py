@@ -91,6 +91,7 @@ class _Pairs:
         self.count = 0
         self.words = {name: (self.temp(WORD), self.temp(WORD)) for name in sorted(self.pairs)}
         self.item: Instruction | None = None
+        self.atomics = 0        # the lanes' turns at 64-bit atomics written so far (Instruction.whole)
         self.out: list = []
 
     # -- which registers are pairs ------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ class _Pairs:
         """An instruction under the current one's guard (or ``guard``), with its line and text (``why`` first)."""
         item = self.item
         self.out.append(Instruction(opcode, operands, guard or item.guard, item.guard_negated and guard is None,
-                                    item.line, item.text if not why else f"{why} ({item.text})"))
+                                    item.line, item.text if not why else f"{why} ({item.text})", whole=item.whole))
 
     def op(self, opcode: str, *operands, prefix: str = WORD) -> Reg:
         """A fresh register written by one instruction."""
@@ -615,7 +616,8 @@ class _Pairs:
         - cas, min, max: the lanes take turns, a uniform loop of one trip per lane: on its turn a lane loads both
           words, then stores both where the word pair compares so.
         Between the two words' updates, a reader (a peer's packet at a record boundary, a warp of another overlay
-        round) sees one word updated and not yet the other, where a GPU's 64-bit atomic is one access."""
+        round) sees one word updated and not yet the other, where a GPU's 64-bit atomic is one access. A lane's
+        turn, from its loads to its stores, is one span of ops that no overlay's end falls in (Instruction.whole)."""
         mem = next(o for o in item.operands if isinstance(o, Mem))
         values = [self.stored_words(item, value) for value in item.operands[item.operands.index(mem) + 1:]]
         kind = next(m for m in item.modifiers if m in ATOMICS)
@@ -671,12 +673,15 @@ class _Pairs:
         if item.guard is not None:
             guard = self.op("not.pred", item.guard, prefix=PRED) if item.guard_negated else item.guard
             turn = self.op("and.pred", turn, guard, prefix=PRED)
+        self.atomics += 1           # the lane's turn: no other warp writes the words between its loads and stores
+        self.item = dataclasses.replace(self.item, whole=self.atomics)
         self.emit(f"ld.{space}.u32", old[0], mem, guard=turn)
         self.emit(f"ld.{space}.u32", old[1], _next_word(mem), guard=turn)
         new, holds = update(old)
         store = turn if holds is None else self.op("and.pred", turn, holds, prefix=PRED)
         self.emit(f"st.{space}.u32", mem, new[0], guard=store)
         self.emit(f"st.{space}.u32", _next_word(mem), new[1], guard=store)
+        self.item = dataclasses.replace(self.item, whole=0)
         self.emit("add.u32", count, count, Imm(1))
         self.emit("bra", head, guard=self.op("setp.lt.u32", count, Imm(LANES), prefix=PRED))
         self.item = item
