@@ -226,6 +226,40 @@ def test_warp_matches_follow_the_isa(n, x):
     assert (got[:, n:] == 0x5A5A5A5A).all()
 
 
+MATCH64 = r'''
+extern "C" __global__ void match64(unsigned *out, const long long *x, int n) {
+    int t = threadIdx.x;
+    if (t < n) {
+        out[t] = __match_any_sync(__activemask(), x[t]);
+        int p;
+        out[t + 8] = __match_all_sync(__activemask(), (unsigned long long)x[t] >> 33, &p);
+        out[t + 16] = p;
+    }
+}'''
+
+
+@pytest.mark.parametrize("n, x", [(8, [1, 2**32 + 1, 1, -1, 5, 5, 5, 5]),
+                                  (7, [2**40, 2**41, 2**40 + 2**32, 2**40, -2, -2, 2**33 - 2]),
+                                  (6, [7, 7, 2**33 + 7, 2**33 + 7, 2**62, 2**62 + 1])])
+def test_64_bit_warp_matches_compare_both_words(n, x):
+    """match.any / match.all .b64 (NVRTC's for __match_*_sync of a long long): values that differ in one word
+    only are not alike (2**32 + 1 and 1, 2**40 + 2**32 and 2**40); ``>> 33`` makes values alike that differ below
+    bit 33. Against Python's integers, threads 0..n-1 active."""
+    dev = Device()
+    out, xs = dev.alloc(24), dev.alloc(16)
+    dev.write(xs, np.array(x + [0] * (8 - len(x)), dtype=np.int64).view(np.uint32))
+    dev.write(out, np.full(24, 0x5A5A5A5A, dtype=np.int32))
+    dev.launch(dev.load_kernel(MATCH64, "match64"), threads=8, args=[out, xs, n])
+    got = dev.read(out, 24).view(np.uint32).reshape(3, 8)
+    for w in warps(n):
+        active = sum(1 << (t % WARP_SIZE) for t in w)
+        alike = len({(x[t] % 2**64) >> 33 for t in w}) == 1
+        for t in w:
+            assert got[0, t] == sum(1 << (u % WARP_SIZE) for u in w if x[u] == x[t])
+            assert (got[1, t], got[2, t]) == ((active, 1) if alike else (0, 0))
+    assert (got[:, n:] == 0x5A5A5A5A).all()
+
+
 def _mixed(v: int, k: int) -> int:
     return ((v * (2 * k + 3)) & 0xFFFFFFFF) ^ (v >> (k % 7 + 1))
 

@@ -25,7 +25,8 @@ low word first (a GPU's little-endian layout)::
   32``). Not a pair: a register loaded into and used as an address (its words joined, below: an offset added to a
   pointer, ``bytes[x[i]]``, runs; a pointer loaded is refused).
 - ``(float)`` of a pair, in any rounding (``to_float``); ``popc``, ``clz`` and ``bfind`` of a pair from its words'
-  counts (``count_bits``). A pair read by anything else (an address's offset, a 32-bit instruction) is joined into
+  counts (``count_bits``); ``match.any`` / ``.all`` of a 64-bit value as the matches of its words (``match``). A
+  pair read by anything else (an address's offset, a 32-bit instruction) is joined into
   a 64-bit register as NVRTC joins two words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as
   hi.
 - A store of a value that is no pair writes ``v >> 32`` as its high word: refused, naming the store, where the
@@ -34,8 +35,8 @@ low word first (a GPU's little-endian layout)::
 - Atomics (``atomic``): add and xor, and and / or / exch whose old value is not read, are two atomics of words
   (an add's high word plus the carry of its low add, from the old low word each lane got: in any order of such
   adds the two words end as the 64-bit sum); cas, min, max, and and / or / exch whose old value is read, take
-  turns in lane order (``_in_lane_order``). A reader between the two words' updates sees one updated and not yet
-  the other.
+  turns in lane order (``_in_lane_order``; a lane's turn is one span no overlay's end falls in). A reader between
+  the two words' updates sees one updated and not yet the other.
 
 Doubles come here as 64-bit integers (qwengpu.lowering.doubles writes their arithmetic so, and gives their registers
 as seeds).
@@ -150,11 +151,13 @@ class _Pairs:
         self.count += 1
         return Reg(f"{prefix}{self.count}")
 
-    def emit(self, opcode: str, *operands, why: str = "", guard: Reg | None = None) -> None:
-        """An instruction under the current one's guard (or ``guard``), with its line and text (``why`` first)."""
+    def emit(self, opcode: str, *operands, why: str = "", guard: Reg | None = None, pair: Reg | None = None) -> None:
+        """An instruction under the current one's guard (or ``guard``), with its line and text (``why`` first);
+        ``pair``: its second destination (``d|p``)."""
         item = self.item
         self.out.append(Instruction(opcode, operands, guard or item.guard, item.guard_negated and guard is None,
-                                    item.line, item.text if not why else f"{why} ({item.text})", whole=item.whole))
+                                    item.line, item.text if not why else f"{why} ({item.text})", pair=pair,
+                                    whole=item.whole))
 
     def op(self, opcode: str, *operands, prefix: str = WORD) -> Reg:
         """A fresh register written by one instruction."""
@@ -205,6 +208,8 @@ class _Pairs:
                 self.access(item)
             elif item.base in COUNTS and width(item) == 64 and getattr(sources(item)[0], "name", None) in self.words:
                 self.count_bits(item)
+            elif item.base == "match" and width(item) == 64:
+                self.match(item)
             elif item.base == "setp" and any(getattr(o, "name", None) in self.words for o in sources(item)[:2]):
                 self.compare(item)
             elif item.base == "cvt" and item.modifiers[1:] in (("f32", "u64"), ("f32", "s64")) \
@@ -545,6 +550,23 @@ class _Pairs:
         if negative is not None:
             bits = self.op("or.b32", bits, self.op("selp.b32", Imm(0x80000000), Imm(0), negative))
         self.emit("mov.b32", item.operands[0], bits)
+
+    def match(self, item: Instruction) -> None:
+        """``match.any`` / ``match.all .sync.b64`` (``__match_any_sync`` / ``__match_all_sync`` of a 64-bit value)
+        as the 32-bit matches of its words: a lane's value equals another's where both words do, so any is the and
+        of the words' masks; every active lane holds one value where each word does, so all is the and of the
+        words' (each the active mask or 0), and p the and of theirs."""
+        dst, value, *rest = item.operands
+        lo, hi = self.halves(value, why="the high word of a 64-bit value matched across the warp")
+        word = item.opcode.replace(".b64", ".b32")
+        if item.pair is None:
+            self.emit("and.b32", dst, self.op(word, lo, *rest), self.op(word, hi, *rest))
+            return
+        low, high, p_low, p_high = self.temp(WORD), self.temp(WORD), self.temp(PRED), self.temp(PRED)
+        self.emit(word, low, lo, *rest, pair=p_low)
+        self.emit(word, high, hi, *rest, pair=p_high)
+        self.emit("and.b32", dst, low, high)
+        self.emit("and.pred", item.pair, p_low, p_high)
 
     def count_bits(self, item: Instruction) -> None:
         """``popc`` / ``clz`` / ``bfind`` of a pair (``__popcll``, ``__clzll``, NVRTC's ``__ffsll``: 64 minus the
