@@ -2,9 +2,9 @@
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
 It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands, calls that are not inlined (but printf's vprintf and assert's __assertfail,
-the pseudo-instructions ``printf [result,] format, buffer`` and ``assertfail message, file, line, function`` for the
-lowering's console stage), float immediates. ``__device__`` and ``__constant__`` variables
+machine cannot have: vector operands (but those of ld / st / atom / red, split into their elements), calls that are
+not inlined (but printf's vprintf and assert's __assertfail, the pseudo-instructions ``printf [result,] format,
+buffer`` and ``assertfail message, file, line, function`` for the lowering's console stage), float immediates. ``__device__`` and ``__constant__`` variables
 (module-scope ``.global`` / ``.const`` data) are kept as ``Variable``s with their initial bytes, in
 ``Module.variables`` and, for each kernel that names one, ``Kernel.variables``; the device gives them words when
 such a kernel loads. ``.shared`` arrays of
@@ -677,36 +677,44 @@ class _KernelParser:
         return accesses
 
     def _vector_elements(self, opcode: str, texts: list[str], line: int, text: str):
-        """A vector load or store (``ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1+16]``) as the scalar accesses it
-        is made of, element k at the address plus k times the element's bytes: (opcode, operand texts) each. A
-        load's destination that is also its address register is loaded last; ``_`` (no destination) is skipped."""
+        """A vector load, store or atomic (``ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd1+16]``, sm_90's
+        ``atom.global.add.v2.f32 {%f3, %f4}, [%rd1], {%f1, %f2}`` of CUDA's ``atomicAdd(float2 *, float2)``) as the
+        scalar accesses it is made of, element k at the address plus k times the element's bytes: (opcode, operand
+        texts) each. A vector atomic is atomic element by element, not as a whole (as CUDA's guide says of the
+        float2 / float4 atomicAdd). A load's destination that is also its address register is loaded last; ``_``
+        (no destination) is skipped, or for an atomic makes that element a ``red``."""
         mods = opcode.split(".")
         counts = [m for m in mods if re.fullmatch(r"v[248]", m)]
         typed = [m for m in mods if _TYPE.match("." + m)]
-        if mods[0] not in ("ld", "st") or len(counts) != 1 or len(typed) != 1:
-            raise _err(line, "vector operands are supported on ld / st (.v2 / .v4) only", text)
+        layout = {"ld": "va", "st": "av", "atom": "vav", "red": "av"}.get(mods[0])     # v: a { } list, a: address
+        if layout is None or len(counts) != 1 or len(typed) != 1:
+            raise _err(line, "vector operands are supported on ld / st / atom / red (.v2 / .v4 / .v8) only", text)
         scalar = ".".join(m for m in mods if m not in counts)
         size = int(typed[0][1:]) // 8
-        vector_at = 0 if mods[0] == "ld" else 1
-        if len(texts) != 2 or not texts[vector_at].strip().startswith("{") \
-                or not texts[1 - vector_at].strip().startswith("["):
-            raise _err(line, "a vector access takes a { } list and one address", text)
-        elements = [e.strip() for e in texts[vector_at].strip()[1:-1].split(",")]
-        if len(elements) != int(counts[0][1:]):
-            raise _err(line, f"{counts[0]} takes {counts[0][1:]} elements, not {len(elements)}", text)
-        address = texts[1 - vector_at].strip()
+        if len(texts) != len(layout) or any(t.strip()[:1] != ("{" if kind == "v" else "[")
+                                            for t, kind in zip(texts, layout)):
+            wanted = " and ".join("a { } list" if kind == "v" else "an address" for kind in layout)
+            raise _err(line, f"a vector {mods[0]} takes {wanted}", text)
+        lists = [[e.strip() for e in t.strip()[1:-1].split(",")] for t, kind in zip(texts, layout) if kind == "v"]
+        if any(len(elements) != int(counts[0][1:]) for elements in lists):
+            raise _err(line, f"{counts[0]} takes {counts[0][1:]} elements, not "
+                             f"{', '.join(str(len(e)) for e in lists)}", text)
+        address = texts[layout.index("a")].strip()
         base = re.fullmatch(r"\[\s*([^\]+\-]+?)\s*(?:([+-])\s*(\w+))?\s*\]", address)
         if not base:
             raise _err(line, f"bad memory operand {address}", text)
         offset = _parse_int(base.group(3), line, text) * (-1 if base.group(2) == "-" else 1) if base.group(3) else 0
         accesses = []
-        for k, element in enumerate(elements):
-            if element == "_":
-                continue
+        for k in range(int(counts[0][1:])):
             where = f"[{base.group(1)}+{offset + k * size}]"
-            accesses.append((scalar, [element, where] if mods[0] == "ld" else [where, element]))
+            column = iter([elements[k] for elements in lists])
+            operands = [where if kind == "a" else next(column) for kind in layout]
+            if mods[0] == "atom" and operands[0] == "_":
+                accesses.append(("red" + scalar[len("atom"):], operands[1:]))
+            elif "_" not in operands:
+                accesses.append((scalar, operands))
         # a destination that is the address register is written last, so the other elements use the old address
-        accesses.sort(key=lambda access: mods[0] == "ld" and access[1][0] == base.group(1))
+        accesses.sort(key=lambda access: mods[0] in ("ld", "atom") and access[1][0] == base.group(1))
         return accesses
 
     def finish(self) -> Kernel:

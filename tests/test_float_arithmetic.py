@@ -1220,6 +1220,19 @@ extern "C" __global__ void add_two(float *y, const float *x, float *old)
     old[i] = atomicAdd(&y[i % 2], x[i]);
 }
 
+// sm_90's vector atomicAdd: atomic element by element (atom.global.add.v2.f32 / .v4.f32)
+extern "C" __global__ void add_float2(float2 *y, const float *x, float2 *old)
+{
+    int i = threadIdx.x;
+    old[i] = atomicAdd(y, make_float2(x[i], x[i + 4]));
+}
+
+extern "C" __global__ void add_float4(float4 *y, const float *x)
+{
+    int i = threadIdx.x;
+    atomicAdd(y, make_float4(x[i], -x[i], x[i + 4], 0.5f));
+}
+
 extern "C" __global__ void add_some(float *y, const float *x, int n)
 {
     int i = threadIdx.x;
@@ -1315,6 +1328,29 @@ def test_atomic_add_two_addresses_and_the_old_values(atomics):
             assert int(dev.read(y, 2).view(U32)[k]) == final
             expect_old[k::2] = olds
         np.testing.assert_array_equal(dev.read(old, threads).view(U32), expect_old)
+
+
+def test_vector_atomic_adds_are_element_by_element(atomics):
+    """atomicAdd(float2 *, float2) and atomicAdd(float4 *, float4) (sm_90's atom.global.add.v2 / .v4.f32): each
+    element its own float atomicAdd at its word, in thread order, with the old pair of each thread; against the
+    float32 sums one add at a time (FTZ, global memory)."""
+    dev, text = atomics
+    rng = np.random.default_rng(53)
+    y, x, old = dev.alloc(4), dev.alloc(8), dev.alloc(8)
+    xs = (rng.standard_normal(8) * 10.0 ** rng.integers(-3, 4, 8)).astype(np.float32).view(U32)
+    starts = rng.standard_normal(4).astype(np.float32).view(U32)
+    dev.write(x, xs.view(np.int32))
+    dev.write(y, starts.view(np.int32))
+    dev.launch(dev.load_kernel(text, "add_float2"), threads=4, args=[y, x, old])
+    for k, column in enumerate((xs[:4], xs[4:])):
+        final, olds = sequential_sum(int(starts[k]), column, ftz=True)
+        assert int(dev.read(y, 2).view(U32)[k]) == final
+        np.testing.assert_array_equal(dev.read(old, 8).view(U32)[k::2], olds)
+    dev.write(y, starts.view(np.int32))
+    dev.launch(dev.load_kernel(text, "add_float4"), threads=4, args=[y, x])
+    negated = (xs[:4] ^ U32(0x80000000)).astype(U32)
+    for k, column in enumerate((xs[:4], negated, xs[4:], bits_of([0.5] * 4))):
+        assert int(dev.read(y, 4).view(U32)[k]) == sequential_sum(int(starts[k]), column, ftz=True)[0], k
 
 
 def test_atomic_add_edge_values(atomics):

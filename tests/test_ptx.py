@@ -199,6 +199,9 @@ def test_scoped_qualifiers_cache_hints_and_async_copies_read_as_what_they_are():
     (_body("\tadd.s64 %rd1, {%r1, %r2}, 1;"), 10, "vector operands are supported on ld / st"),
     (_body("\tmov.b64 %rd1, {%r1, %r2, %r3};"), 10, "mov.b64 takes a { } list of two 32-bit parts"),
     (_body("\tld.global.v2.u32 {%r1, %r2, %r3}, [%rd1];"), 10, "v2 takes 2 elements, not 3"),
+    (_body("\tatom.global.add.v2.f32 {%f1, %f2}, [%rd1], {%f3, %f4, %f5};"), 10, "v2 takes 2 elements, not 2, 3"),
+    (_body("\tatom.global.add.v2.f32 {%f1, %f2}, [%rd1];"), 10, "a vector atom takes a { } list and an address and a "
+                                                                "{ } list"),
     (_body("\t.reg .v2 .b32 %v<2>;"), 10, "vector"),
     (_body("\tld.shared::cluster.u32 %r1, [%r2];"), 10, "a cluster's shared memory (.shared::cluster) is not "
                                                         "supported"),
@@ -286,3 +289,18 @@ def test_vector_accesses_are_split_into_word_accesses():
         ("ld.global.u32", (Reg("%r3"), Mem(Reg("%rd1"), 20))),
         ("st.shared.u16", (Mem(Reg("%rd2"), 0), Reg("%r1"))), ("st.shared.u16", (Mem(Reg("%rd2"), 2), Reg("%r2"))),
         ("ld.global.u64", (Reg("%rd2"), Mem(Reg("%rd1"), 8))), ("ld.global.u64", (Reg("%rd1"), Mem(Reg("%rd1"), 0)))]
+
+
+def test_vector_atomics_are_split_into_scalar_atomics():
+    """sm_90's atom / red .v2 / .v4 .f32 (CUDA's atomicAdd of a float2 / float4) are atomic element by element: the
+    scalar atomics of each element at the address plus 4 k; a ``_`` destination makes that element a red."""
+    body = parse(_body("\tatom.global.add.v4.f32 {%r1, _, %r2, %r3}, [%rd1+8], {%r0, %r1, %r2, %r3};\n"
+                       "\tred.global.add.v2.f32 [%rd2], {%r1, %r2};")).kernels["k"].body
+    got = [(i.opcode, i.operands) for i in body if isinstance(i, Instruction) and i.base != "ret"]
+    r, at = Reg, Mem
+    assert got == [
+        ("atom.global.add.f32", (r("%r1"), at(r("%rd1"), 8), r("%r0"))),
+        ("red.global.add.f32", (at(r("%rd1"), 12), r("%r1"))),
+        ("atom.global.add.f32", (r("%r2"), at(r("%rd1"), 16), r("%r2"))),
+        ("atom.global.add.f32", (r("%r3"), at(r("%rd1"), 20), r("%r3"))),
+        ("red.global.add.f32", (at(r("%rd2"), 0), r("%r1"))), ("red.global.add.f32", (at(r("%rd2"), 4), r("%r2")))]

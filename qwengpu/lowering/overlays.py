@@ -23,8 +23,9 @@ shuffle's stores to the exchange words and its loads) or a lane's turn at an ato
 store; a 64-bit atomic's two words), since the block's other warps run an overlay before a warp goes on to the next
 one, and would write those words in between. An atomic's loop of turns is a loop like any: where it fits an
 overlay it is not cut, so a warp's atomic is done, its lanes in order, before another warp's starts (the order a C
-reference that runs the threads one after another reproduces); where it does not (a float atomicAdd's
-compare-and-swap loop, about 170 blocks), the warps' turns interleave, each still whole.
+reference that runs the threads one after another reproduces); where it does not, the warps take turns at each
+cut, each lane's turn still whole (a float atomicAdd's compare-and-swap loop, about 170 blocks, still lands its
+adds in thread order: a later warp's swap fails while an earlier warp's lanes change the word).
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
