@@ -56,7 +56,9 @@ machine keeps them, and what is computed from them, as pairs of words: qwengpu.l
 ``--bits`` (implies ``--pairs``) adds the bit counts of 64-bit expressions (``__popcll``, ``__clzll``, ``__ffsll``,
 ``__brevll``: gcc's builtins, a loop for the reversal) and, with ``--atomics``, 64-bit atomics in the block
 programs' atomics phase (add, and, or, xor, exch, cas, min and max unsigned and signed, on ``sh`` read as four
-``unsigned long long``, their old values kept). ``--doubles`` ends half the plain programs with a double expression
+``unsigned long long``, their old values kept). ``--arith`` with ``--atomics`` makes 40% of those phases a float
+``atomicAdd`` on a word of ``sh`` (any bits), its old value kept: the C reference adds in float32 in thread order,
+subnormals kept (shared memory), a NaN sum the canonical NaN. ``--doubles`` ends half the plain programs with a double expression
 (qwengpu.lowering.doubles): x's words read two at a time as doubles (any bits), ``(double)`` of ints, unsigneds and
 floats, edge literals, and at most three of + - * / ``sqrt``, ``dmin`` / ``dmax`` (PTX's min / max.f64),
 ``floor``, ``-``, ``fabs``, read back as its bits (a NaN made the canonical one on both sides), ``(float)`` of it, a
@@ -575,6 +577,13 @@ class Generator:
                 shift = self.pick([0, 32, int(self.rng.integers(1, 64))])
                 phases.append(f"if ({self.expr(2)} & 1u) {var} = (unsigned)(atomic64_{fn}((unsigned long long *)sh "
                               f"+ {self.expr(2)} % (NT / 2u), {args}) >> {shift});")
+            elif self.arith and self.rng.random() < 0.4:
+                # A float atomicAdd on sh's words, its old value kept (the machine's compare-and-swap loop, cut into
+                # overlays: warps that come to it after the barrier add in thread order, the C reference's)
+                self.features.add("float atomicAdd")
+                var = self.pick(["v0", "v1", "v2", "v3"])
+                phases.append(f"if ({self.expr(2)} & 1u) {var} = atomic_fadd(&sh[{self.expr(2)} % NT], "
+                              f"{self.expr(2)});")
             else:
                 # Every atomic, its old value kept: the machine's order (warps in turn, lanes in order) is the C
                 # reference's thread order.
@@ -608,6 +617,12 @@ CUDA_ATOMICS64 = "".join(
         ("max_s", "unsigned long long v", "atomicMax((long long *)p, (long long)v)")])
 
 
+# --arith --atomics: a float atomicAdd on a word of sh, as bits; the C reference adds in float32 (shared memory
+# keeps subnormals) and writes a NaN sum as the canonical NaN, as the GPU and the machine do.
+CUDA_FADD = ("__device__ __forceinline__ unsigned atomic_fadd(unsigned *p, unsigned v) "
+             "{ return __float_as_uint(atomicAdd((float *)p, __uint_as_float(v))); }\n")
+
+
 # --doubles: a NaN double the canonical one (0x7fffffffffffffff, as the machine writes it), PTX's min / max.f64.
 CUDA_DOUBLES = ("__device__ __forceinline__ double canon64(double d) "
                 "{ return d != d ? __longlong_as_double(0x7fffffffffffffffll) : d; }\n"
@@ -620,6 +635,7 @@ def cuda_source(body: str, phases: tuple[str, ...] = (), functions: tuple[str, .
     prelude = CUDA_CANON if "canon(" in text else ""
     prelude += CUDA_DOUBLES if "canon64(" in text or "dmin(" in text else ""
     prelude += CUDA_ATOMICS64 if "atomic64_" in text else ""
+    prelude += CUDA_FADD if "atomic_fadd(" in text else ""
     prelude += "".join(f"__device__ __noinline__ {f}\n" for f in functions)
     if phases:
         # aligned for the 64-bit atomics (a GPU's 64-bit access needs an address of 8 bytes' alignment)
@@ -674,6 +690,8 @@ static unsigned atomicXor(unsigned *p, unsigned v) { unsigned o = *p; *p = o ^ v
 static unsigned atomicExch(unsigned *p, unsigned v) { unsigned o = *p; *p = v; return o; }
 static unsigned atomicCAS(unsigned *p, unsigned c, unsigned v) { unsigned o = *p; if (o == c) *p = v; return o; }
 static unsigned atomicInc(unsigned *p, unsigned v) { unsigned o = *p; *p = o >= v ? 0u : o + 1u; return o; }
+static unsigned atomic_fadd(unsigned *p, unsigned v) {
+  unsigned o = *p; *p = __float_as_uint(ptx_canonical(__uint_as_float(o) + __uint_as_float(v))); return o; }
 static unsigned atomicDec(unsigned *p, unsigned v) {
   unsigned o = *p; *p = (o == 0u || o > v) ? v : o - 1u; return o; }
 typedef unsigned long long u64;

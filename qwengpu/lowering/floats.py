@@ -412,10 +412,10 @@ class _Rewriter:
         The machine's ``atom.cas`` lets the lanes take turns in lane order, so on each trip the first lane (in lane
         order) still waiting on an address succeeds, and the others on that address read the new word and go round
         again: the adds land in lane order, each on the word its lane last read (which is the word, as the loop
-        compares bits: a NaN or -0 in memory is no obstacle). Warps and blocks run one after another; where the loop
-        is cut into overlays (a kernel of one such atomicAdd is about 170 blocks, six ROMs) the block's warps take
-        turns at each cut, but a later warp's swap fails in every round in which an earlier warp's lane changed the
-        word, so the adds still land in thread order.
+        compares bits: a NaN or -0 in memory is no obstacle). Blocks run one after another. The loop is cut into
+        overlays (a kernel of one such atomicAdd is about 170 blocks, six ROMs), at whose ends the block's warps take
+        turns; a later warp's swap fails in each round in which an earlier warp's lane changed the word, so warps
+        that come to the loop in the same round add in thread order (lowering.overlays says when they do).
 
         As NVIDIA's float units do (CUDA Programming Guide, floating-point standard): an atomic add on global memory
         flushes subnormal inputs and results to zero of their sign (FADD.F32.FTZ.RN), one on shared memory keeps

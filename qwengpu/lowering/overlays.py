@@ -22,10 +22,12 @@ overlays). Never inside a span of ops kept whole (``MOp.whole``; the search step
 shuffle's stores to the exchange words and its loads) or a lane's turn at an atomic (its load of the word, then its
 store; a 64-bit atomic's two words), since the block's other warps run an overlay before a warp goes on to the next
 one, and would write those words in between. An atomic's loop of turns is a loop like any: where it fits an
-overlay it is not cut, so a warp's atomic is done, its lanes in order, before another warp's starts (the order a C
-reference that runs the threads one after another reproduces); where it does not, the warps take turns at each
-cut, each lane's turn still whole (a float atomicAdd's compare-and-swap loop, about 170 blocks, still lands its
-adds in thread order: a later warp's swap fails while an earlier warp's lanes change the word).
+overlay it is not cut, so a warp's atomic is done, its lanes in order, before another warp's starts; where it does
+not, the warps take turns at each cut, each lane's turn still whole (a float atomicAdd's compare-and-swap loop,
+about 170 blocks: a later warp's swap fails in each round in which an earlier warp's lane changed the word). Warps
+that come to an atomic in the same round (after a __syncthreads, or by paths of as many overlays) so update in
+thread order, the order a C reference that runs the threads one after another reproduces; a warp that comes in an
+earlier round goes first, one of the orders a GPU may take.
 
 Layout of one overlay's ops (overlay 0 enters its body directly on its first run, when the resume word is 0)::
 
