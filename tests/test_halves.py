@@ -144,6 +144,49 @@ def test_pairs_of_halves_compute_lane_by_lane():
     np.testing.assert_array_equal(dev.read(z, 4).view(np.uint16), want)
 
 
+PAIR_ATOMICS = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void add_halves(__half2 *y, const __half2 *x, __half2 *old)
+{ old[threadIdx.x] = atomicAdd(y, x[threadIdx.x]); }
+extern "C" __global__ void add_bfloats(__nv_bfloat162 *y, const __nv_bfloat162 *x, __nv_bfloat162 *old)
+{ old[threadIdx.x] = atomicAdd(y, x[threadIdx.x]); }
+"""
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_atomic_add_of_a_pair_of_halves_adds_each_lane_in_thread_order(kind):
+    """atomicAdd(__half2 *, __half2) / (__nv_bfloat162 *, ...): the stand-in's compare-and-swap loop on the pair's
+    word; each half the sum rounded once (subnormals kept: the GPU's atom.add.noftz), in thread order, each thread
+    given the pair before its add."""
+    rng = np.random.default_rng(23 if kind == "f16" else 24)
+    top = 0x6000 if kind == "f16" else 0x4800
+    x = rng.integers(0, top, 8).astype(np.uint16) | (rng.integers(0, 2, 8).astype(np.uint16) << 15)
+    x[:2] = [0x0003, 0x8001]         # subnormals
+    start = np.array([0x3C00, 0x0200] if kind == "f16" else [0x3F80, 0x0040], dtype=np.uint16)
+    dev = Device()
+    y, xs, old = dev.alloc(1), dev.alloc(4), dev.alloc(4)
+    dev.write(y, start.view(np.int32))
+    dev.write(xs, x.view(np.int32))
+    dev.launch(dev.load_kernel(PAIR_ATOMICS, "add_halves" if kind == "f16" else "add_bfloats"), threads=4,
+               args=[y, xs, old])
+    word, olds = start, []
+    for t in range(4):
+        olds.append(word)
+        word = _round(_to_float(word, kind) + _to_float(x[2 * t:2 * t + 2], kind), kind)
+    np.testing.assert_array_equal(dev.read(old, 4).view(np.uint16), np.concatenate(olds))
+    np.testing.assert_array_equal(dev.read(y, 1).view(np.uint16), word)
+
+
+def test_atomic_add_of_one_half_is_refused_by_name():
+    """A single half's atomicAdd would be a 16-bit atomic, which the machine (atomics on 32-bit words) lacks: the
+    stand-in refuses it when compiled, naming the pair's that runs."""
+    source = ('#include <cuda_fp16.h>\n'
+              'extern "C" __global__ void k(__half *y, const __half *x) { atomicAdd(y, x[threadIdx.x]); }\n')
+    with pytest.raises(CompileError, match=r"atomicAdd of one __half is not built.*atomicAdd of a pair \(__half2\)"):
+        Device().load_kernel(source, "k")
+
+
 def test_a_double_makes_no_half():
     """__half(double) is deleted: a double converts to a half only through float here, which would round twice."""
     source = ('#include <cuda_fp16.h>\n'

@@ -5,9 +5,11 @@
  * machine builds from integer operations; its arithmetic is float32's, rounded back to a half: the same bits as the
  * GPU's correctly rounded half arithmetic (float32 holds more than twice a half's digits, so rounding twice is
  * rounding once), NaN results the canonical NaN. A double converts to a half only through float here (the machine
- * has no doubles): __half(double) is deleted, write 1.5f. Pairs (__half2, __nv_bfloat162) compute lane by lane.
- * Not here: fused multiply-adds (__hfma: float32's would round twice) and the approximate functions (hsqrt, hexp,
- * ...). */
+ * has no doubles): __half(double) is deleted, write 1.5f. Pairs (__half2, __nv_bfloat162) compute lane by lane;
+ * atomicAdd of a pair is a compare-and-swap loop on its word (each half added as __hadd does, no flush to zero: the
+ * GPU's atom.add.noftz.f16x2 / .bf16x2), returning the pair before the add. Not here: fused multiply-adds (__hfma:
+ * float32's would round twice), the approximate functions (hsqrt, hexp, ...) and atomicAdd of a single half (a
+ * 16-bit atomic: refused when compiled, saying so). */
 #pragma once
 
 #define QWENGPU_HALF_TYPE(T, RAW, KIND, TO_HALF, TO_FLOAT)                                                      \
@@ -93,4 +95,26 @@ static __device__ __forceinline__ T2 operator*(T2 a, T2 b) { return __hmul2(a, b
 static __device__ __forceinline__ T2 operator/(T2 a, T2 b) { return __h2div(a, b); }                            \
 static __device__ __forceinline__ T2 operator-(T2 a) { return __hneg2(a); }                                     \
 static __device__ __forceinline__ T2 &operator+=(T2 &a, T2 b) { a = __hadd2(a, b); return a; }                  \
-static __device__ __forceinline__ T2 &operator*=(T2 &a, T2 b) { a = __hmul2(a, b); return a; }
+static __device__ __forceinline__ T2 &operator*=(T2 &a, T2 b) { a = __hmul2(a, b); return a; }                  \
+static __device__ __forceinline__ T2 atomicAdd(T2 *address, T2 val)                                             \
+{                                                                                                               \
+    unsigned *word = (unsigned *)address, old = *word, assumed;                                                 \
+    T2 seen;                                                                                                    \
+    do {                                                                                                        \
+        assumed = old;                                                                                          \
+        seen.x.__x = (unsigned short)assumed;                                                                   \
+        seen.y.__x = (unsigned short)(assumed >> 16);                                                           \
+        T2 sum = __hadd2(seen, val);                                                                            \
+        old = atomicCAS(word, assumed, (unsigned)sum.x.__x | (unsigned)sum.y.__x << 16);                        \
+    } while (assumed != old);                                                                                   \
+    seen.x.__x = (unsigned short)old;                                                                           \
+    seen.y.__x = (unsigned short)(old >> 16);                                                                   \
+    return seen;                                                                                                \
+}                                                                                                               \
+template <typename Half = T>                                                                                    \
+static __device__ T atomicAdd(T *address, Half val)                                                             \
+{                                                                                                               \
+    static_assert(sizeof(Half) == 0, "qwengpu: atomicAdd of one " #T " is not built: the machine's atomics are "   \
+                  "on 32-bit words, and this half is one of a word's two; atomicAdd of a pair (" #T2 ") runs");     \
+    return val;                                                                                                 \
+}
