@@ -226,3 +226,41 @@ def test_on_a_gpu_half_conversions_of_nans_match_cudas_headers(cuda_gpu):
     dev.launch(dev.load_kernel(NANS, "nans"), threads=4, args=[w, n, h, f])
     assert dev.read(w, 8).view(np.uint32).tolist() == cupy.asnumpy(widened).tolist()
     assert dev.read(n, 4).view(np.uint16).tolist() == cupy.asnumpy(narrowed).tolist()
+
+
+PAIR_ATOMICS_SERIAL = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void serial(__half2 *y, __nv_bfloat162 *z, const unsigned *x, unsigned *old, int n)
+{
+    for (int k = 0; k < n; k++) {
+        __half2 h = atomicAdd(y, *(const __half2 *)&x[k]);
+        __nv_bfloat162 b = atomicAdd(z, *(const __nv_bfloat162 *)&x[k]);
+        old[k] = *(unsigned *)&h;
+        old[n + k] = *(unsigned *)&b;
+    }
+}
+"""
+
+
+def test_on_a_gpu_atomic_adds_of_pairs_of_halves_match_cudas_headers(cuda_gpu):
+    """One thread's atomicAdds of pairs (one after another: a GPU's order of several threads' is open), with
+    subnormals, infinities and NaNs: the stand-in's compare-and-swap loop against the GPU's atom.add.noftz.f16x2 /
+    .bf16x2 under CUDA's own headers, where a device is lent."""
+    cupy = cuda_gpu
+    x = np.array([0x80013C00, 0x00030001, 0x7C00FBFF, 0x7E00BC00, 0x3C017F81, 0x7F80FF80, 0x00018001, 0x40004000],
+                 dtype=np.uint32)
+    n = len(x)
+    module = cupy.RawModule(code=PAIR_ATOMICS_SERIAL, options=("--std=c++17",))
+    y, z, old = cupy.asarray(np.array([0x02003C00], np.uint32)), cupy.asarray(np.array([0x3F800040], np.uint32)), \
+        cupy.zeros(2 * n, cupy.uint32)
+    module.get_function("serial")((1,), (1,), (y, z, cupy.asarray(x), old, np.int32(n)))
+    dev = Device()
+    py, pz, px, pold = dev.alloc(1), dev.alloc(1), dev.alloc(n), dev.alloc(2 * n)
+    dev.write(py, np.array([0x02003C00], np.uint32).view(np.int32))
+    dev.write(pz, np.array([0x3F800040], np.uint32).view(np.int32))
+    dev.write(px, x.view(np.int32))
+    dev.launch(dev.load_kernel(PAIR_ATOMICS_SERIAL, "serial"), threads=1, args=[py, pz, px, pold, n])
+    assert dev.read(pold, 2 * n).view(np.uint32).tolist() == cupy.asnumpy(old).tolist()
+    assert [int(dev.read(py, 1).view(np.uint32)[0]), int(dev.read(pz, 1).view(np.uint32)[0])] == \
+        [int(cupy.asnumpy(y)[0]), int(cupy.asnumpy(z)[0])]
