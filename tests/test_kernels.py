@@ -518,6 +518,53 @@ def test_a_funnel_shift_by_an_amount_the_kernel_loads(amounts):
 
 
 
+def _nth_set_bit(mask: int, base: int, offset: int) -> int:
+    """The PTX ISA's pseudocode of fns.b32, step by step."""
+    if offset == 0:
+        return base if mask >> base & 1 else 0xFFFFFFFF
+    pos, count, inc = base, abs(offset) - 1, 1 if offset > 0 else -1
+    while 0 <= pos < 32:
+        if mask >> pos & 1:
+            if count == 0:
+                return pos
+            count -= 1
+        pos += inc
+    return 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("base, offset", [(0, 1), (0, 3), (5, 2), (31, -1), (20, -4), (7, 0), (31, 1), (0, -1),
+                                          (12, 32), (16, -17)])
+def test_the_n_th_set_bit_from_a_base_known_at_launch(base, offset):
+    """__fns(mask, base, offset) (PTX's fns.b32) of masks the kernel loads, upward and downward, offset 0, none
+    found (0xffffffff), against the ISA's pseudocode; a base or offset the machine computes is refused by name."""
+    source = ('extern "C" __global__ void nth(unsigned *y, const unsigned *m, unsigned base, int offset) '
+              '{ y[threadIdx.x] = __fns(m[threadIdx.x], base, offset); }')
+    masks = [0xAAAAAAAA, 0x80000001, 0, 0xFFFFFFFF, 0x00F0F000, 0x12345678, 0x80, 0x7FFFFFFE]
+    dev = Device()
+    y, m = dev.alloc(8), dev.alloc(8)
+    dev.write(m, _as_words(masks))
+    dev.launch(dev.load_kernel(source, "nth"), threads=8, args=[y, m, base, offset & 0xFFFFFFFF])
+    assert [int(v) & 0xFFFFFFFF for v in dev.read(y, 8)] == [_nth_set_bit(k, base, offset) for k in masks]
+
+
+def test_the_n_th_set_bit_known_at_launch_folds_as_the_isa_says():
+    """The lowering's folder (a mask known at launch: no ops) against the ISA's pseudocode, every base and offset."""
+    from qwengpu.lowering.semantics import fns
+    rng = np.random.default_rng(9)
+    for mask in [0, 0xFFFFFFFF, 0x80000001] + [int(v) for v in rng.integers(0, 2**32, 6, dtype=np.uint64)]:
+        for base in range(32):
+            for offset in range(-33, 34):
+                assert fns(mask, base, offset) == _nth_set_bit(mask, base, offset), (hex(mask), base, offset)
+
+
+def test_the_n_th_set_bit_from_a_computed_base_is_refused():
+    source = ('extern "C" __global__ void nth(unsigned *y, const unsigned *m) '
+              '{ y[threadIdx.x] = __fns(m[threadIdx.x], m[4] & 31, 1); }')
+    dev = Device()
+    with pytest.raises(MachineError, match=r"fns \(__fns\) with a base or offset held in a register"):
+        dev.launch(dev.load_kernel(source, "nth"), threads=4, args=[dev.alloc(4), dev.alloc(8)])
+
+
 # ------------------------------------------------------------------------------------------------ local memory
 # qwengpu/kernels/local.cu: an array a thread indexes at run time (.local: each thread's own words) and int4
 # vector accesses (split into word accesses by the parser), against numpy.

@@ -1,9 +1,9 @@
-"""Bit manipulation: population count, leading zeros, the highest set bit (bfind, and ``__ffs``), bit reversal,
-bit-field extract / insert, funnel shifts, byte permutes, three-input logic (``lop3``) and the lanes' absolute
-differences (``vabsdiff2`` / ``vabsdiff4``: CUDA's SIMD intrinsics), built from shifts, masks and ors (a population
-count adds its bytes with one multiply; mixed into ``emit.Emitter``). A funnel shift's amount and a byte permute's
-selector may be held in a register; bit-field positions and lengths must be known at launch, and held in a register
-they are refused.
+"""Bit manipulation: population count, leading zeros, the highest set bit (bfind, and ``__ffs``), the n-th set
+bit (fns: ``__fns``), bit reversal, bit-field extract / insert, funnel shifts, byte permutes, three-input logic
+(``lop3``) and the lanes' absolute differences (``vabsdiff2`` / ``vabsdiff4``: CUDA's SIMD intrinsics), built from
+shifts, masks and ors (a population count adds its bytes with one multiply; mixed into ``emit.Emitter``). A funnel
+shift's amount and a byte permute's selector may be held in a register; bit-field positions and lengths, and fns'
+base and offset, must be known at launch, and held in a register they are refused.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import functools
 
 from ..ptx import Reg
 from .transfer import sources
+from .semantics import to_signed
 from .values import MASK32, Const, signed, unsupported, width
 
 
@@ -51,8 +52,8 @@ def logic_recipe(function: int) -> tuple | None:
 
 
 class BitOps:
-    """The ``_op_<base>`` builders of popc / clz / bfind / brev / bfe / bfi / shf / prmt / lop3 / vabsdiff. Uses the
-    emitter's ``src``, ``op``, ``value_operand``, ``definitions`` and ``_need_fits``."""
+    """The ``_op_<base>`` builders of popc / clz / bfind / fns / brev / bfe / bfi / shf / prmt / lop3 / vabsdiff. Uses
+    the emitter's ``src``, ``op``, ``value_operand``, ``definitions`` and ``_need_fits``."""
 
     def _op_popc(self, read, dst):
         self._zero_extended(read)
@@ -125,15 +126,50 @@ class BitOps:
         return None if value is None else self.value_operand(source, value)
 
     def _op_brev(self, read, dst):
-        """Bit reversal: swap neighbouring bits, pairs, nibbles, bytes, then the halves."""
         self._need_fits(width(self.inst))
-        x = self.src(read, 0)
+        self._reversal(self.src(read, 0), dst)
+
+    def _reversal(self, x: tuple, dst: str | None = None) -> str:
+        """Bit reversal: swap neighbouring bits, pairs, nibbles, bytes, then the halves."""
         for shift, mask in ((1, 0x55555555), (2, 0x33333333), (4, 0x0F0F0F0F), (8, 0x00FF00FF)):
             down = self.op("and", (self.op("shr_u", x, (None, shift)), 0), (None, mask))
             up = self.op("shl", (self.op("and", x, (None, mask)), 0), (None, shift))
             x = (self.op("or", (down, 0), (up, 0)), 0)
         up = self.op("shl", x, (None, 16))
-        self.op("or", (self.op("shr_u", x, (None, 16)), 0), (up, 0), dst=dst)
+        return self.op("or", (self.op("shr_u", x, (None, 16)), 0), (up, 0), dst=dst)
+
+    def _op_fns(self, read, dst):
+        """``fns.b32 d, mask, base, offset`` (CUDA's ``__fns``): the |offset|-th set bit of mask from bit base on,
+        upward for offset > 0, downward below 0 (offset 0: base, if that bit is set), 0xffffffff where there is
+        none. base and offset must be known at launch. Downward is upward in the reversed word (position 31 - p).
+        The bits below the start cleared, the lowest |offset| - 1 set bits dropped one by one (x & (x - 1)), the
+        lowest left's position is its trailing zeros, popc((x & -x) - 1): 32 where none is left, made 0xffffffff
+        (downward, 31 - 32 is already). About 20 ops, 2 more a step of the offset, 20 more downward."""
+        inst = self.inst
+        base, offset = read(sources(inst)[1]), read(sources(inst)[2])
+        if not (isinstance(base, Const) and isinstance(offset, Const)):
+            raise unsupported(inst, "fns (__fns) with a base or offset held in a register: they must be known at "
+                                    "launch")
+        start, n = base.value & MASK32, to_signed(offset.value & MASK32, 32)
+        if start > 31:
+            raise unsupported(inst, f"fns with base {start}: PTX leaves a base over 31 undefined")
+        x = self.src(read, 0)
+        if n == 0:                          # base | (bit - 1): base where the bit is set, else all ones
+            bit = self.op("and", (self.op("shr_u", x, (None, start)), 0), (None, 1))
+            self.op("or", (self.op("add", (bit, 0), (None, MASK32)), 0), (None, start), dst=dst)
+            return
+        if n < 0:
+            x, start = (self._reversal(x), 0), 31 - start
+        x = (self.op("and", x, (None, (MASK32 << start) & MASK32)), 0)
+        for _ in range(abs(n) - 1):
+            x = (self.op("and", x, (self.op("add", x, (None, MASK32)), 0)), 0)
+        lowest = self.op("and", x, (self.op("sub", (None, 0), x), 0))
+        count = self._popcount((self.op("add", (lowest, 0), (None, MASK32)), 0))
+        if n < 0:
+            self.op("sub", (None, 31), (count, 0), dst=dst)
+            return
+        none = self.op("sub", (None, 0), (self.op("shr_u", (count, 0), (None, 5)), 0))    # all ones for 32
+        self.op("or", (count, 0), (none, 0), dst=dst)
 
     def _op_bfe(self, read, dst):
         inst = self.inst

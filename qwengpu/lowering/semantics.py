@@ -94,6 +94,19 @@ def prmt(a: int, b: int, selector: int) -> int:
     return out
 
 
+def fns(mask: int, base: int, offset: int) -> int | None:
+    """PTX's ``fns.b32`` (CUDA's ``__fns``): the position of the |offset|-th set bit of ``mask`` from bit ``base`` on
+    (upward for offset > 0, downward below 0; offset 0: base itself, if that bit is set), 0xffffffff where there is
+    none. None for a base over 31, which PTX leaves undefined."""
+    if base > 31:
+        return None
+    if offset == 0:
+        return base if mask >> base & 1 else 0xFFFFFFFF
+    step = 1 if offset > 0 else -1
+    found = [p for p in range(base, 32 if step > 0 else -1, step) if mask >> p & 1]
+    return found[abs(offset) - 1] if abs(offset) <= len(found) else 0xFFFFFFFF
+
+
 def _lane(word: int, i: int, bits: int, is_signed: bool) -> int:
     """Lane i of ``bits`` bits of a word, as a signed or an unsigned integer."""
     v = (word >> (bits * i)) & ((1 << bits) - 1)
@@ -153,6 +166,8 @@ def fold(inst: Instruction, values: list[int]) -> int | None:
         return _dot_product(base, inst.modifiers, values)
     if base in ("vabsdiff2", "vabsdiff4") and len(values) == 3:
         return _absolute_differences(int(base[-1]), inst, values)
+    if base == "fns" and len(values) == 3:
+        return fns(values[0] & 0xFFFFFFFF, values[1] & 0xFFFFFFFF, to_signed(values[2] & 0xFFFFFFFF, 32))
     typed = types(inst)
     if not typed or not values:
         return None
