@@ -21,54 +21,53 @@ thread's next phase, which is what the barriers mean on a GPU.
 programs' atomics phase use all ten atomics with their old values kept (the machine runs warps in turn and lanes in
 order, which is the reference's thread order). ``--floats`` adds float32 expressions without arithmetic (the words
 read as floats, edge literals such as -0.0f, infinities, NaNs and subnormals, negation, fabsf, copysignf, fmaxf,
-fminf, ?:, truncf, floorf, ceilf) compared (< <= > >= == !=, negated), classified (isnan, isinf, isfinite,
-signbit), converted to int or unsigned (clamped: out of range is undefined in C) or read back as words; the C side
-is gcc's IEEE float32 on x86-64 (SSE), with what C leaves open written from PTX's definition: fmaxf / fminf (a NaN
-operand ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), and the canonical NaN out of truncf, floorf
-and ceilf. ``--wide`` adds
-unsigned long long expressions (words zero- and sign-extended, 64-bit arithmetic, shifts, ?:) read back as their low
-word, a shifted-down word, a comparison or a remainder: the lowering must refuse what depends on the high word and
-run the rest exactly; with ``--floats`` also floats converted to 64-bit integers ((long long)x, llrintf, clamped
-into range), read back as their low word. ``--arith`` (implies ``--floats``) puts float32 arithmetic into the float expressions: a + b,
-a - b and a * b (PTX add.rn / sub.rn / mul.rn.f32: round to nearest even, subnormals in and out, overflow to
-infinity) of float subexpressions, words with their exponent held in a window (near 1, near 2^24, among the
-subnormals, near the largest floats: so that adds round and products underflow or overflow), edge literals (-0.0f,
-1e-45f, 1.1754944e-38f, 3.4e38f, 16777216.0f, infinities) and (float) of int and unsigned expressions
-(cvt.rn.f32.s32 / .u32; with ``--narrow`` also of shorts and chars, cvt.rn.f32.s16 / u16), and (18% of the ops:
-each is ~170 machine ops) a / b, 1.0f / a and sqrtf(a) (div.rn / rcp.rn / sqrt.rn.f32, correctly rounded: x / 0, 0 /
-0, inf / inf, roots of negatives, of exact squares and of their neighbours), at most three arithmetic ops per float
-use; half the plain programs write a float expression's bits to out[].
-Every arithmetic result is wrapped in ``canon()``, which makes a NaN the canonical NaN
-0x7fffffff in both the CUDA and the C source: the GPU (and the machine) write that NaN, x86 propagates payloads or
-makes 0xffc00000, and NVRTC's compiler may fold ``x + -0.0f`` to ``x``, payload and all; operands that must not be
-NaN (fmaxf / fminf's NaN-free side) are finite, so their sum or product is never a NaN. The C reference is compiled
-with ``-ffp-contract=off`` (the toolchain's --fmad=false), without -ffast-math, in SSE registers (``/`` is divss) and
-with ``-fno-math-errno`` (sqrtf is the inlined, correctly rounded sqrtss, no libm call for errno). ``--fma`` (implies
-``--arith``) adds fmaf(a, b, c), rounded once, against glibc's fmaf (exact). ``--calls`` makes expressions call
-``__noinline__`` functions of their own (statements, loops, an early return, calls of further functions, x[] and
-out[] through pointer parameters), which qwengpu.inline inlines where NVRTC keeps the call ("call kept" counts
-those programs) and gcc calls. ``--counters`` adds loops over an ``unsigned long long`` counter from a word to a
-word bound (``<``, ``<=``, two bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1), by 1 or by 1
-to 4, the counter read in the body and, in a quarter, after the loop (refused). ``--pairs`` (implies ``--wide``)
-adds leaves that read x's words two at a time as ``unsigned long long`` or ``long long`` values (64-bit loads: the
-machine keeps them, and what is computed from them, as pairs of words: qwengpu.lowering.pairs), and ``(float)`` of
-64-bit expressions, signed and unsigned, read back as their bits (gcc's conversion rounds once, to nearest even).
-``--bits`` (implies ``--pairs``) adds the bit counts of 64-bit expressions (``__popcll``, ``__clzll``, ``__ffsll``,
-``__brevll``: gcc's builtins, a loop for the reversal) and, with ``--atomics``, 64-bit atomics in the block
-programs' atomics phase (add, and, or, xor, exch, cas, min and max unsigned and signed, on ``sh`` read as four
-``unsigned long long``, their old values kept). ``--arith`` with ``--atomics`` makes 40% of those phases a float
-``atomicAdd`` on a word of ``sh`` (any bits), its old value kept: the C reference adds in float32 in thread order,
-subnormals kept (shared memory), a NaN sum the canonical NaN. ``--doubles`` ends half the plain programs with a double expression
+fminf, ?:, truncf, floorf, ceilf) compared (< <= > >= == !=, negated), classified (isnan, isinf, isfinite, signbit),
+converted to int or unsigned (clamped: out of range is undefined in C) or read back as words; the C side is gcc's
+IEEE float32 on x86-64 (SSE), with what C leaves open written from PTX's definition: fmaxf / fminf (a NaN operand
+ignored, two NaNs the canonical NaN 0x7fffffff, -0 below +0), and the canonical NaN out of truncf, floorf and ceilf.
+``--wide`` adds unsigned long long expressions (words zero- and sign-extended, 64-bit arithmetic, shifts, ?:) read
+back as their low word, a shifted-down word, a comparison or a remainder: the lowering must refuse what depends on
+the high word and run the rest exactly; with ``--floats`` also floats converted to 64-bit integers ((long long)x,
+llrintf, clamped into range), read back as their low word. ``--arith`` (implies ``--floats``) puts float32
+arithmetic into the float expressions: a + b, a - b and a * b (PTX add.rn / sub.rn / mul.rn.f32: round to nearest
+even, subnormals in and out, overflow to infinity) of float subexpressions, words with their exponent held in a
+window (near 1, near 2^24, among the subnormals, near the largest floats: so that adds round and products underflow
+or overflow), edge literals (-0.0f, 1e-45f, 1.1754944e-38f, 3.4e38f, 16777216.0f, infinities) and (float) of int and
+unsigned expressions (cvt.rn.f32.s32 / .u32; with ``--narrow`` also of shorts and chars, cvt.rn.f32.s16 / u16), and
+(18% of the ops: each is ~170 machine ops) a / b, 1.0f / a and sqrtf(a) (div.rn / rcp.rn / sqrt.rn.f32, correctly
+rounded: x / 0, 0 / 0, inf / inf, roots of negatives, of exact squares and of their neighbours), at most three
+arithmetic ops per float use; half the plain programs write a float expression's bits to out[]. Every arithmetic
+result is wrapped in ``canon()``, which makes a NaN the canonical NaN 0x7fffffff in both the CUDA and the C source:
+the GPU (and the machine) write that NaN, x86 propagates payloads or makes 0xffc00000, and NVRTC's compiler may fold
+``x + -0.0f`` to ``x``, payload and all; operands that must not be NaN (fmaxf / fminf's NaN-free side) are finite,
+so their sum or product is never a NaN. The C reference is compiled with ``-ffp-contract=off`` (the toolchain's
+--fmad=false), without -ffast-math, in SSE registers (``/`` is divss) and with ``-fno-math-errno`` (sqrtf is the
+inlined, correctly rounded sqrtss, no libm call for errno). ``--fma`` (implies ``--arith``) adds fmaf(a, b, c),
+rounded once, against glibc's fmaf (exact). ``--calls`` makes expressions call ``__noinline__`` functions of their
+own (statements, loops, an early return, calls of further functions, x[] and out[] through pointer parameters),
+which qwengpu.inline inlines where NVRTC keeps the call ("call kept" counts those programs) and gcc calls.
+``--counters`` adds loops over an ``unsigned long long`` counter from a word to a word bound (``<``, ``<=``, two
+bounds), stepping by 2^30 or more (the last sum often passes 2^32 - 1), by 1 or by 1 to 4, the counter read in the
+body and, in a quarter, after the loop (refused). ``--pairs`` (implies ``--wide``) adds leaves that read x's words
+two at a time as ``unsigned long long`` or ``long long`` values (64-bit loads: the machine keeps them, and what is
+computed from them, as pairs of words: qwengpu.lowering.pairs), and ``(float)`` of 64-bit expressions, signed and
+unsigned, read back as their bits (gcc's conversion rounds once, to nearest even). ``--bits`` (implies ``--pairs``)
+adds the bit counts of 64-bit expressions (``__popcll``, ``__clzll``, ``__ffsll``, ``__brevll``: gcc's builtins, a
+loop for the reversal) and, with ``--atomics``, 64-bit atomics in the block programs' atomics phase (add, and, or,
+xor, exch, cas, min and max unsigned and signed, on ``sh`` read as four ``unsigned long long``, their old values
+kept). ``--arith`` with ``--atomics`` makes 40% of those phases a float ``atomicAdd`` on a word of ``sh`` (any
+bits), its old value kept: the C reference adds in float32 in thread order, subnormals kept (shared memory), a NaN
+sum the canonical NaN. ``--doubles`` ends half the plain programs with a double expression
 (qwengpu.lowering.doubles): x's words read two at a time as doubles (any bits), ``(double)`` of ints, unsigneds and
-floats, edge literals, and at most three of + - * / ``sqrt``, ``dmin`` / ``dmax`` (PTX's min / max.f64),
-``floor``, ``-``, ``fabs``, read back as its bits (a NaN made the canonical one on both sides), ``(float)`` of it, a
-compare, or ``(int)`` of it clamped; with ``--pairs`` also ``(double)`` of 64-bit values (cvt.rn.f64.s64 / u64);
-gcc's doubles are IEEE binary64 (x86-64 SSE2). ``--simd`` adds CUDA's SIMD intrinsics of two 16-bit or four 8-bit
-lanes (``__vadd2``, ``__vsubss4``, ``__vavgs2``, ``__vsadu4``, ``__vcmpgts2``, ``__vabsss4``, ...), sm_90's DPX
-intrinsics (``__vimax3_s32``, ``__viaddmin_u16x2``, ``__vimax_s16x2_relu``, ...), ``__dp4a`` / ``__dp2a_lo`` /
-``_hi`` (signed or unsigned), funnel shifts by any amount and ``__byte_perm`` by any selector, of unsigned
-expressions; the C side defines each from the CUDA Math API's description. All twelve are off by default, so a
-seed's programs stay what they were.
+floats, edge literals, and at most three of + - * / ``sqrt``, ``dmin`` / ``dmax`` (PTX's min / max.f64), ``floor``,
+``-``, ``fabs``, read back as its bits (a NaN made the canonical one on both sides), ``(float)`` of it, a compare,
+or ``(int)`` of it clamped; with ``--pairs`` also ``(double)`` of 64-bit values (cvt.rn.f64.s64 / u64); gcc's
+doubles are IEEE binary64 (x86-64 SSE2). ``--simd`` adds CUDA's SIMD intrinsics of two 16-bit or four 8-bit lanes
+(``__vadd2``, ``__vsubss4``, ``__vavgs2``, ``__vsadu4``, ``__vcmpgts2``, ``__vabsss4``, ...), sm_90's DPX intrinsics
+(``__vimax3_s32``, ``__viaddmin_u16x2``, ``__vimax_s16x2_relu``, ...), ``__dp4a`` / ``__dp2a_lo`` / ``_hi`` (signed
+or unsigned), funnel shifts by any amount and ``__byte_perm`` by any selector, of unsigned expressions; the C side
+defines each from the CUDA Math API's description. All twelve are off by default, so a seed's programs stay what
+they were.
 
     python -m qccl_bench.kernel_fuzz --programs 2000 --seed 4 --floats
     python -m qccl_bench.kernel_fuzz --programs 3000 --seed 8 --wide

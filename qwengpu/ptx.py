@@ -1,22 +1,22 @@
 """A parser for the PTX subset that nvcc, NVRTC and clang emit for small integer kernels.
 
 It turns PTX text into a Module of Kernels, each a flat list of Instructions and the Labels where they are defined.
-It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what the
-machine cannot have: vector operands (but those of ld / st / atom / red, split into their elements), calls that are
-not inlined (but printf's vprintf and assert's __assertfail, the pseudo-instructions ``printf [result,] format,
-buffer`` and ``assertfail message, file, line, function`` for the lowering's console stage), float immediates. ``__device__`` and ``__constant__`` variables
-(module-scope ``.global`` / ``.const`` data) are kept as ``Variable``s with their initial bytes, in
-``Module.variables`` and, for each kernel that names one, ``Kernel.variables``; the device gives them words when
-such a kernel loads. ``.shared`` arrays of
-a known size (a kernel's ``__shared__ int s[8];`` or one at file scope) are kept by name and size in
-``Kernel.shared``, dynamic ones (``extern __shared__ int s[];``) with size None (their bytes are a launch parameter),
-and ``.local`` arrays (each thread's own) in ``Kernel.local``; the lowering places them in the block's words. Calls
-of device functions (.func) the module defines are inlined first (qwengpu.inline: ``__noinline__`` functions);
-the functions themselves are skipped (NVRTC emits libdevice helpers even where every use is inlined). Inline
-asm's nested ``{ }`` scopes are taken, each scope's registers renamed apart (``Kernel.registers`` holds them under
-kernel-wide names). ``parse(text, strict=False)`` keeps a kernel outside the subset out of ``Module.kernels`` and its
-error in ``Module.refused``, so one kernel of a file does not keep the others from loading. What an instruction
-means is left to the lowering: opcodes are kept exactly as written (``.u32`` and ``.b32`` spellings both survive).
+It checks syntax and declarations (registers, labels, parameter symbols) and rejects, with the line and text, what
+the machine cannot have: vector operands (but those of ld / st / atom / red, split into their elements), calls that
+are not inlined (but printf's vprintf and assert's __assertfail, the pseudo-instructions ``printf [result,] format,
+buffer`` and ``assertfail message, file, line, function`` for the lowering's console stage), float immediates.
+``__device__`` and ``__constant__`` variables (module-scope ``.global`` / ``.const`` data) are kept as ``Variable``s
+with their initial bytes, in ``Module.variables`` and, for each kernel that names one, ``Kernel.variables``; the
+device gives them words when such a kernel loads. ``.shared`` arrays of a known size (a kernel's ``__shared__ int
+s[8];`` or one at file scope) are kept by name and size in ``Kernel.shared``, dynamic ones (``extern __shared__ int
+s[];``) with size None (their bytes are a launch parameter), and ``.local`` arrays (each thread's own) in
+``Kernel.local``; the lowering places them in the block's words. Calls of device functions (.func) the module
+defines are inlined first (qwengpu.inline: ``__noinline__`` functions); the functions themselves are skipped (NVRTC
+emits libdevice helpers even where every use is inlined). Inline asm's nested ``{ }`` scopes are taken, each scope's
+registers renamed apart (``Kernel.registers`` holds them under kernel-wide names). ``parse(text, strict=False)``
+keeps a kernel outside the subset out of ``Module.kernels`` and its error in ``Module.refused``, so one kernel of a
+file does not keep the others from loading. What an instruction means is left to the lowering: opcodes are kept
+exactly as written (``.u32`` and ``.b32`` spellings both survive).
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 
 from ..ptx import Reg
-from .transfer import sources
 from .semantics import to_signed
+from .transfer import sources
 from .values import MASK32, Const, signed, unsupported, width
 
 

@@ -26,9 +26,8 @@ low word first (a GPU's little-endian layout)::
   pointer, ``bytes[x[i]]``, runs; a pointer loaded is refused).
 - ``(float)`` of a pair, in any rounding (``to_float``); ``popc``, ``clz`` and ``bfind`` of a pair from its words'
   counts (``count_bits``); ``match.any`` / ``.all`` of a 64-bit value as the matches of its words (``match``). A
-  pair read by anything else (an address's offset, a 32-bit instruction) is joined into
-  a 64-bit register as NVRTC joins two words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as
-  hi.
+  pair read by anything else (an address's offset, a 32-bit instruction) is joined into a 64-bit register as NVRTC
+  joins two words, ``(u64)lo | (u64)hi << 32``, whose ``>> 32`` the lowering reads as hi.
 - A store of a value that is no pair writes ``v >> 32`` as its high word: refused, naming the store, where the
   machine does not hold it. A 64-bit value computed from a 64-bit kernel parameter is not stored: PTX does not tell
   ``int *x`` from ``size_t n``, and the machine keeps no pointers in memory.
