@@ -832,7 +832,7 @@ def _mixed(v: int, k: int) -> int:
 
 
 @pytest.mark.parametrize("steps", [9, 14])
-def test_atomics_in_a_program_cut_into_overlays_are_never_cut(steps, monkeypatch):
+def test_atomics_in_a_program_cut_into_overlays_keep_their_turns_whole(steps, monkeypatch):
     """Two warps, a program long enough to be cut into overlays, a 64-bit atomicMax and 32-bit atomicMax and
     atomicCAS (old values read: the lanes take turns) in its middle. The block's warps run an overlay each before
     either goes on, so a cut inside a lane's turn (its load of the word, then its store of it) would let the other
