@@ -144,13 +144,19 @@ def test_pairs_of_halves_compute_lane_by_lane():
     np.testing.assert_array_equal(dev.read(z, 4).view(np.uint16), want)
 
 
-PAIR_ATOMICS = r"""
+HALF_ATOMICS = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 extern "C" __global__ void add_halves(__half2 *y, const __half2 *x, __half2 *old)
 { old[threadIdx.x] = atomicAdd(y, x[threadIdx.x]); }
 extern "C" __global__ void add_bfloats(__nv_bfloat162 *y, const __nv_bfloat162 *x, __nv_bfloat162 *old)
 { old[threadIdx.x] = atomicAdd(y, x[threadIdx.x]); }
+// single halves: lanes adding into both halves of one word
+template <typename H> __device__ void add(H *y, const H *x, H *old)
+{ int i = threadIdx.x; old[i] = atomicAdd(&y[i & 1], x[i]); }
+extern "C" __global__ void add_half(__half *y, const __half *x, __half *old) { add(y, x, old); }
+extern "C" __global__ void add_bfloat(__nv_bfloat16 *y, const __nv_bfloat16 *x, __nv_bfloat16 *old)
+{ add(y, x, old); }
 """
 
 
@@ -168,7 +174,7 @@ def test_atomic_add_of_a_pair_of_halves_adds_each_lane_in_thread_order(kind):
     y, xs, old = dev.alloc(1), dev.alloc(4), dev.alloc(4)
     dev.write(y, start.view(np.int32))
     dev.write(xs, x.view(np.int32))
-    dev.launch(dev.load_kernel(PAIR_ATOMICS, "add_halves" if kind == "f16" else "add_bfloats"), threads=4,
+    dev.launch(dev.load_kernel(HALF_ATOMICS, "add_halves" if kind == "f16" else "add_bfloats"), threads=4,
                args=[y, xs, old])
     word, olds = start, []
     for t in range(4):
@@ -178,13 +184,28 @@ def test_atomic_add_of_a_pair_of_halves_adds_each_lane_in_thread_order(kind):
     np.testing.assert_array_equal(dev.read(y, 1).view(np.uint16), word)
 
 
-def test_atomic_add_of_one_half_is_refused_by_name():
-    """A single half's atomicAdd would be a 16-bit atomic, which the machine (atomics on 32-bit words) lacks: the
-    stand-in refuses it when compiled, naming the pair's that runs."""
-    source = ('#include <cuda_fp16.h>\n'
-              'extern "C" __global__ void k(__half *y, const __half *x) { atomicAdd(y, x[threadIdx.x]); }\n')
-    with pytest.raises(CompileError, match=r"atomicAdd of one __half is not built.*atomicAdd of a pair \(__half2\)"):
-        Device().load_kernel(source, "k")
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_atomic_add_of_a_half_adds_in_thread_order(kind):
+    """atomicAdd(__half *, __half) / (__nv_bfloat16 *, ...): the stand-in's compare-and-swap loop on the half's 16
+    bits (atomicCAS of an unsigned short), lanes adding into both halves of one word: each the sum rounded once,
+    subnormals kept, in thread order, the other half of the word untouched by each add."""
+    rng = np.random.default_rng(25 if kind == "f16" else 26)
+    top = 0x6000 if kind == "f16" else 0x4800
+    x = rng.integers(0, top, 4).astype(np.uint16) | (rng.integers(0, 2, 4).astype(np.uint16) << 15)
+    x[1] = 0x8001                   # a subnormal
+    start = np.array([0x3C00, 0x0200] if kind == "f16" else [0x3F80, 0x0040], dtype=np.uint16)
+    dev = Device()
+    y, xs, old = dev.alloc(1), dev.alloc(2), dev.alloc(2)
+    dev.write(y, start.view(np.int32))
+    dev.write(xs, x.view(np.int32))
+    dev.launch(dev.load_kernel(HALF_ATOMICS, "add_half" if kind == "f16" else "add_bfloat"), threads=4,
+               args=[y, xs, old])
+    word, olds = start.copy(), []
+    for t in range(4):
+        olds.append(int(word[t & 1]))
+        word[t & 1] = _round(_to_float(word[t & 1:(t & 1) + 1], kind) + _to_float(x[t:t + 1], kind), kind)[0]
+    assert dev.read(old, 2).view(np.uint16).tolist() == olds
+    assert dev.read(y, 1).view(np.uint16).tolist() == word.tolist()
 
 
 def test_a_double_makes_no_half():
@@ -228,10 +249,10 @@ def test_on_a_gpu_half_conversions_of_nans_match_cudas_headers(cuda_gpu):
     assert dev.read(n, 4).view(np.uint16).tolist() == cupy.asnumpy(narrowed).tolist()
 
 
-PAIR_ATOMICS_SERIAL = r"""
+HALF_ATOMICS_SERIAL = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-extern "C" __global__ void serial(__half2 *y, __nv_bfloat162 *z, const unsigned *x, unsigned *old, int n)
+extern "C" __global__ void pairs(__half2 *y, __nv_bfloat162 *z, const unsigned *x, unsigned *old, int n)
 {
     for (int k = 0; k < n; k++) {
         __half2 h = atomicAdd(y, *(const __half2 *)&x[k]);
@@ -240,27 +261,37 @@ extern "C" __global__ void serial(__half2 *y, __nv_bfloat162 *z, const unsigned 
         old[n + k] = *(unsigned *)&b;
     }
 }
+extern "C" __global__ void singles(__half *y, __nv_bfloat16 *z, const unsigned *x, unsigned *old, int n)
+{
+    for (int k = 0; k < n; k++) {
+        __half h = atomicAdd(&y[1], *(const __half *)&x[k]);
+        __nv_bfloat16 b = atomicAdd(&z[1], *(const __nv_bfloat16 *)&x[k]);
+        old[k] = *(unsigned short *)&h;
+        old[n + k] = *(unsigned short *)&b;
+    }
+}
 """
 
 
 def test_on_a_gpu_atomic_adds_of_pairs_of_halves_match_cudas_headers(cuda_gpu):
-    """One thread's atomicAdds of pairs (one after another: a GPU's order of several threads' is open), with
-    subnormals, infinities and NaNs: the stand-in's compare-and-swap loop against the GPU's atom.add.noftz.f16x2 /
-    .bf16x2 under CUDA's own headers, where a device is lent."""
+    """One thread's atomicAdds of pairs and of single halves (one after another: a GPU's order of several
+    threads' is open), with subnormals, infinities and NaNs: the stand-in's compare-and-swap loops against the GPU's
+    atom.add.noftz.f16x2 / .bf16x2 / .f16 / .bf16 under CUDA's own headers, where a device is lent."""
     cupy = cuda_gpu
     x = np.array([0x80013C00, 0x00030001, 0x7C00FBFF, 0x7E00BC00, 0x3C017F81, 0x7F80FF80, 0x00018001, 0x40004000],
                  dtype=np.uint32)
     n = len(x)
-    module = cupy.RawModule(code=PAIR_ATOMICS_SERIAL, options=("--std=c++17",))
-    y, z, old = cupy.asarray(np.array([0x02003C00], np.uint32)), cupy.asarray(np.array([0x3F800040], np.uint32)), \
-        cupy.zeros(2 * n, cupy.uint32)
-    module.get_function("serial")((1,), (1,), (y, z, cupy.asarray(x), old, np.int32(n)))
-    dev = Device()
-    py, pz, px, pold = dev.alloc(1), dev.alloc(1), dev.alloc(n), dev.alloc(2 * n)
-    dev.write(py, np.array([0x02003C00], np.uint32).view(np.int32))
-    dev.write(pz, np.array([0x3F800040], np.uint32).view(np.int32))
-    dev.write(px, x.view(np.int32))
-    dev.launch(dev.load_kernel(PAIR_ATOMICS_SERIAL, "serial"), threads=1, args=[py, pz, px, pold, n])
-    assert dev.read(pold, 2 * n).view(np.uint32).tolist() == cupy.asnumpy(old).tolist()
-    assert [int(dev.read(py, 1).view(np.uint32)[0]), int(dev.read(pz, 1).view(np.uint32)[0])] == \
-        [int(cupy.asnumpy(y)[0]), int(cupy.asnumpy(z)[0])]
+    module = cupy.RawModule(code=HALF_ATOMICS_SERIAL, options=("--std=c++17",))
+    # a word of halves, a word of bfloat16s; the single halves are the words' high halves
+    for kernel, starts in (("pairs", [0x02003C00, 0x3F800040]), ("singles", [0xBEEF3C00, 0x3F80BEEF])):
+        on_gpu = [cupy.asarray(np.array([w], np.uint32)) for w in starts] + [cupy.asarray(x),
+                                                                               cupy.zeros(2 * n, cupy.uint32)]
+        module.get_function(kernel)((1,), (1,), (*on_gpu, np.int32(n)))
+        dev = Device()
+        words = [dev.alloc(1), dev.alloc(1), dev.alloc(n), dev.alloc(2 * n)]
+        for p, a in zip(words, [np.array([w], np.uint32) for w in starts] + [x]):
+            dev.write(p, a.view(np.int32))
+        dev.launch(dev.load_kernel(HALF_ATOMICS_SERIAL, kernel), threads=1, args=[*words, n])
+        assert dev.read(words[3], 2 * n).view(np.uint32).tolist() == cupy.asnumpy(on_gpu[3]).tolist(), kernel
+        assert [int(dev.read(p, 1).view(np.uint32)[0]) for p in words[:2]] == \
+            [int(cupy.asnumpy(a)[0]) for a in on_gpu[:2]], kernel

@@ -307,6 +307,43 @@ def test_old_value_of_min_max_and_or_exch_cas_inc_dec_in_lane_order(which, threa
     np.testing.assert_array_equal(dev.read(8, 4), words(h_after))
 
 
+HALFWORD_CAS = r"""
+extern "C" __global__ void k(unsigned short *h, const unsigned short *c, const unsigned short *v,
+                             unsigned short *old, int which) {
+  int t = threadIdx.x;
+  old[t] = atomicCAS(&h[which ? (t % 3) : 1], c[t], v[t]);
+}
+"""
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_16_bit_compare_and_swap_changes_its_halfword_alone(which):
+    """atomicCAS of an unsigned short (atom.cas.b16, what a half's atomicAdd is built of) at a halfword known when
+    lowering and at one the machine computes (t % 3: both halves of a word and the next word's low one), lanes
+    colliding: the old halfwords and the words against a replay in thread order; the halfword no thread names
+    keeps its bits."""
+    rng = np.random.default_rng(40 + which)
+    h = np.array([5, 7, 9, 0xBEEF], np.uint16)
+    c = rng.choice(np.array([5, 7, 9, 8, 10, 3, 0xBEEF], np.uint16), 8)
+    v = rng.integers(0, 0x10000, 8).astype(np.uint16)
+    c[0], c[3] = h[0 if which else 1], v[0]             # thread 0's swap holds, and thread 3's where it follows it
+    dev = Device()
+    ph, pc, pv, pold = dev.alloc(2), dev.alloc(4), dev.alloc(4), dev.alloc(4)
+    for p, a in ((ph, h), (pc, c), (pv, v)):
+        dev.write(p, a.view(np.int32))
+    dev.launch(dev.load_kernel(HALFWORD_CAS, "k"), threads=8, args=[ph, pc, pv, pold, which])
+    want, olds = h.copy(), []
+    for t in range(8):
+        i = t % 3 if which else 1
+        olds.append(int(want[i]))
+        if want[i] == c[t]:
+            want[i] = v[t]
+    swapped = [o == int(ct) for o, ct in zip(olds, c)]
+    assert any(swapped) and not all(swapped)        # the test meets both outcomes
+    assert dev.read(pold, 4).view(np.uint16).tolist() == olds
+    assert dev.read(ph, 2).view(np.uint16).tolist() == want.tolist()
+
+
 CIRCUIT_NEW = r"""
 extern "C" __global__ void k(int *out, int *h, const int *x) {
   unsigned t = threadIdx.x;

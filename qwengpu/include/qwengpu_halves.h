@@ -5,11 +5,11 @@
  * machine builds from integer operations; its arithmetic is float32's, rounded back to a half: the same bits as the
  * GPU's correctly rounded half arithmetic (float32 holds more than twice a half's digits, so rounding twice is
  * rounding once), NaN results the canonical NaN. A double converts to a half only through float here (the machine
- * has no doubles): __half(double) is deleted, write 1.5f. Pairs (__half2, __nv_bfloat162) compute lane by lane;
- * atomicAdd of a pair is a compare-and-swap loop on its word (each half added as __hadd does, no flush to zero: the
- * GPU's atom.add.noftz.f16x2 / .bf16x2), returning the pair before the add. Not here: fused multiply-adds (__hfma:
- * float32's would round twice), the approximate functions (hsqrt, hexp, ...) and atomicAdd of a single half (a
- * 16-bit atomic: refused when compiled, saying so). */
+ * has no doubles): __half(double) is deleted, write 1.5f. Pairs (__half2, __nv_bfloat162) compute lane by lane.
+ * atomicAdd of a half is a compare-and-swap loop on its 16 bits (atomicCAS of an unsigned short), of a pair one on
+ * its word: each half added as __hadd does, no flush to zero (the GPU's atom.add.noftz.f16 / .bf16 / .f16x2 /
+ * .bf16x2), returning the value before the add. Not here: fused multiply-adds (__hfma: float32's would round
+ * twice) and the approximate functions (hsqrt, hexp, ...). */
 #pragma once
 
 #define QWENGPU_HALF_TYPE(T, RAW, KIND, TO_HALF, TO_FLOAT)                                                      \
@@ -67,7 +67,19 @@ static __device__ __forceinline__ bool operator!=(T a, T b) { return __hneu(a, b
 static __device__ __forceinline__ bool operator<(T a, T b) { return __hlt(a, b); }                              \
 static __device__ __forceinline__ bool operator<=(T a, T b) { return __hle(a, b); }                             \
 static __device__ __forceinline__ bool operator>(T a, T b) { return __hgt(a, b); }                              \
-static __device__ __forceinline__ bool operator>=(T a, T b) { return __hge(a, b); }
+static __device__ __forceinline__ bool operator>=(T a, T b) { return __hge(a, b); }                             \
+static __device__ __forceinline__ T atomicAdd(T *address, T val)                                                \
+{                                                                                                               \
+    unsigned short *bits = (unsigned short *)address, old = *bits, assumed;                                     \
+    T seen;                                                                                                     \
+    do {                                                                                                        \
+        assumed = old;                                                                                          \
+        seen.__x = assumed;                                                                                     \
+        old = atomicCAS(bits, assumed, __hadd(seen, val).__x);                                                  \
+    } while (assumed != old);                                                                                   \
+    seen.__x = old;                                                                                             \
+    return seen;                                                                                                \
+}
 
 /* The pair of halves in a word (__half2, __nv_bfloat162): x in the low 16 bits, y in the high, each lane's
  * arithmetic the single half's. */
@@ -110,11 +122,4 @@ static __device__ __forceinline__ T2 atomicAdd(T2 *address, T2 val)             
     seen.x.__x = (unsigned short)old;                                                                           \
     seen.y.__x = (unsigned short)(old >> 16);                                                                   \
     return seen;                                                                                                \
-}                                                                                                               \
-template <typename Half = T>                                                                                    \
-static __device__ T atomicAdd(T *address, Half val)                                                             \
-{                                                                                                               \
-    static_assert(sizeof(Half) == 0, "qwengpu: atomicAdd of one " #T " is not built: the machine's atomics are "   \
-                  "on 32-bit words, and this half is one of a word's two; atomicAdd of a pair (" #T2 ") runs");     \
-    return val;                                                                                                 \
 }

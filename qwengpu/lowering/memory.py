@@ -3,7 +3,8 @@
 The machine's memory is words: a 32-bit access is one op with the address in words; a narrow store is two atomic
 read-modify-writes of its word (so lanes storing different bytes of one word all land) and a narrow load the word's
 field, shifted and extended. An atomic whose old value cannot be recovered from the new one runs lane by lane, a
-uniform loop of one trip per lane, so the old values are those of the lanes' order.
+uniform loop of one trip per lane, so the old values are those of the lanes' order; so does a 16-bit
+compare-and-swap, on its halfword's word.
 """
 from __future__ import annotations
 
@@ -95,8 +96,12 @@ class MemoryOps:
     def _atomic(self, read, dst: str | None) -> None:
         inst = self.inst
         mem = inst.operands[1] if dst is not None else inst.operands[0]
+        if width(inst) == 16 and "cas" in inst.modifiers and dst is not None:
+            self._halfword_compare_and_swap(read, mem, dst)
+            return
         if width(inst) != 32:
-            raise MachineError(f"line {inst.line}: atomics are on 32-bit words: {inst.text}", line=inst.line)
+            raise MachineError(f"line {inst.line}: atomics are on 32-bit words (of 16-bit ones, atom.cas.b16 runs): "
+                               f"{inst.text}", line=inst.line)
         where, byte = self.address(read, mem)
         kinds = {"add": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor", "exch": "b",
                  "inc": None, "dec": None, "cas": None}
@@ -126,15 +131,28 @@ class MemoryOps:
             return
         self._atomic_in_lane_order(where, op, value, dst)
 
+    def _halfword_compare_and_swap(self, read, mem, dst: str) -> None:
+        """``atom.cas.b16`` (CUDA's ``atomicCAS`` of an ``unsigned short``: what a 16-bit atomic such as a half's add
+        is built from) on the halfword's word: on its turn a lane compares the halfword with ``compare`` and, where
+        equal, stores the word with the new halfword in it (the other halfword as loaded, in the same turn)."""
+        inst = self.inst
+        where, byte = self.address(read, mem)
+        if isinstance(byte, int) and byte % 2:
+            raise MachineError(f"line {inst.line}: a 16-bit atomic at byte {byte} of a word is not aligned: "
+                               f"{inst.text}", line=inst.line)
+        shift = (byte, 0) if isinstance(byte, str) else (None, 8 * byte)
+        self._atomic_in_lane_order(where, "b", self.src(read, 1), dst, compare=self.src(read, 0), field=shift)
+
     def _atomic_in_lane_order(self, where: tuple, op: str, value: tuple, dst: str | None,
-                              compare: tuple | None = None):
+                              compare: tuple | None = None, field: tuple | None = None):
         """An atomic whose old value is wanted and cannot be recovered from the new one (min, max, and, or, exch),
         or one the atomic block cannot apply (cas, inc, dec): the lanes take turns in lane order, a uniform loop of
         one trip per lane. On its turn a lane loads the word, then updates it: an atomic block of that one lane, or
         for cas a store of the new value where the word equalled ``compare``, for inc / dec a store of the wrapped
-        count. About 5 records a trip and 7-9 ROM blocks. The old value is the word one record before the update,
-        so a peer's store landing at that record boundary is not in the returned value (an atomic block still
-        applies its op to it; cas, inc and dec store what they computed from the old value)."""
+        count (for a 16-bit cas, ``field``: the halfword's bit position, the compare of the halfword and a store of
+        the word with the new halfword in it). About 5 records a trip and 7-9 ROM blocks. The old value is the word
+        one record before the update, so a peer's store landing at that record boundary is not in the returned value
+        (an atomic block still applies its op to it; cas, inc and dec store what they computed from the old value)."""
         trips = min(LANES, self.context.threads)
         lane = self.temp()
         self.emit(MOp("and", ("tid", 0), (None, LANES - 1), lane), TRUE)
@@ -164,14 +182,24 @@ class MemoryOps:
             self.invalidate(wraps)
         elif compare is None:
             self.emit(MOp(op, where, value, None, load=True, store=where, atomic=True), mine)
-        else:
+        elif field is None:
             equal = self.temp()
             self.emit(MOp("eq", (old, 0), compare, equal), mine)
             self.emit(MOp("a", value, store=where), mine & Predicate.atom(equal))
+            self.invalidate(equal)
+        else:                       # cas of the halfword at bit ``field``: the word stored with the new one in it
+            half = self.op("and", (self.op("shr_u", (old, 0), field), 0), (None, 0xFFFF))
+            equal = self.op("eq", (half, 0), (self.op("and", compare, (None, 0xFFFF)), 0))
+            mask = (self.op("shl", (None, 0xFFFF), field), 0)
+            kept = self.op("and", (old, 0), (self.op("xor", mask, (None, MASK32)), 0))
+            new = self.op("shl", (self.op("and", value, (None, 0xFFFF)), 0), field)
+            self.emit(MOp("or", (kept, 0), (new, 0), store=where), mine & Predicate.atom(equal))
             self.invalidate(equal)
         self.keep_whole(load)       # the lane's turn: no other warp writes the word between its load and its store
         loop = self.emit(MOp("add", (left, 0), (None, MASK32), left, branch="nonzero", target="lanes"), TRUE)
         loop.target_index = head
         self.invalidate(turn)
-        if dst is not None:
+        if dst is not None and field is not None:
+            self.op("and", (self.op("shr_u", (old, 0), field), 0), (None, 0xFFFF), dst=dst)
+        elif dst is not None:
             self.op("a", (old, 0), dst=dst)
