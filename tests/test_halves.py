@@ -160,28 +160,41 @@ extern "C" __global__ void add_bfloat(__nv_bfloat16 *y, const __nv_bfloat16 *x, 
 """
 
 
+ATOMIC_START = {"f16": [0x3C00, 0x0200], "bf16": [0x3F80, 0x0040]}      # 1, and a subnormal
+
+
+def _random_halves(kind: str, seed: int, n: int) -> np.ndarray:
+    """n halves' bits of either sign, below 512 (f16) or 2^17 (bf16), so that their sums round but stay finite."""
+    rng = np.random.default_rng(seed)
+    top = 0x6000 if kind == "f16" else 0x4800
+    return rng.integers(0, top, n).astype(np.uint16) | (rng.integers(0, 2, n).astype(np.uint16) << 15)
+
+
+def _launch_atomic_adds(kind: str, kernel: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """HALF_ATOMICS' ``kernel`` on 4 threads, y one word holding ATOMIC_START[kind], x the halves they add: the old
+    halves (one per half of x) and y's two halves after."""
+    dev = Device()
+    y, xs, old = dev.alloc(1), dev.alloc(len(x) // 2), dev.alloc(len(x) // 2)
+    dev.write(y, np.array(ATOMIC_START[kind], np.uint16).view(np.int32))
+    dev.write(xs, x.view(np.int32))
+    dev.launch(dev.load_kernel(HALF_ATOMICS, kernel), threads=4, args=[y, xs, old])
+    return dev.read(old, len(x) // 2).view(np.uint16), dev.read(y, 1).view(np.uint16)
+
+
 @pytest.mark.parametrize("kind", ["f16", "bf16"])
 def test_atomic_add_of_a_pair_of_halves_adds_each_lane_in_thread_order(kind):
     """atomicAdd(__half2 *, __half2) / (__nv_bfloat162 *, ...): the stand-in's compare-and-swap loop on the pair's
     word; each half the sum rounded once (subnormals kept: the GPU's atom.add.noftz), in thread order, each thread
     given the pair before its add."""
-    rng = np.random.default_rng(23 if kind == "f16" else 24)
-    top = 0x6000 if kind == "f16" else 0x4800
-    x = rng.integers(0, top, 8).astype(np.uint16) | (rng.integers(0, 2, 8).astype(np.uint16) << 15)
+    x = _random_halves(kind, 23 if kind == "f16" else 24, 8)
     x[:2] = [0x0003, 0x8001]         # subnormals
-    start = np.array([0x3C00, 0x0200] if kind == "f16" else [0x3F80, 0x0040], dtype=np.uint16)
-    dev = Device()
-    y, xs, old = dev.alloc(1), dev.alloc(4), dev.alloc(4)
-    dev.write(y, start.view(np.int32))
-    dev.write(xs, x.view(np.int32))
-    dev.launch(dev.load_kernel(HALF_ATOMICS, "add_halves" if kind == "f16" else "add_bfloats"), threads=4,
-               args=[y, xs, old])
-    word, olds = start, []
+    got_old, got_y = _launch_atomic_adds(kind, "add_halves" if kind == "f16" else "add_bfloats", x)
+    word, olds = np.array(ATOMIC_START[kind], np.uint16), []
     for t in range(4):
         olds.append(word)
         word = _round(_to_float(word, kind) + _to_float(x[2 * t:2 * t + 2], kind), kind)
-    np.testing.assert_array_equal(dev.read(old, 4).view(np.uint16), np.concatenate(olds))
-    np.testing.assert_array_equal(dev.read(y, 1).view(np.uint16), word)
+    np.testing.assert_array_equal(got_old, np.concatenate(olds))
+    np.testing.assert_array_equal(got_y, word)
 
 
 @pytest.mark.parametrize("kind", ["f16", "bf16"])
@@ -189,23 +202,15 @@ def test_atomic_add_of_a_half_adds_in_thread_order(kind):
     """atomicAdd(__half *, __half) / (__nv_bfloat16 *, ...): the stand-in's compare-and-swap loop on the half's 16
     bits (atomicCAS of an unsigned short), lanes adding into both halves of one word: each the sum rounded once,
     subnormals kept, in thread order, the other half of the word untouched by each add."""
-    rng = np.random.default_rng(25 if kind == "f16" else 26)
-    top = 0x6000 if kind == "f16" else 0x4800
-    x = rng.integers(0, top, 4).astype(np.uint16) | (rng.integers(0, 2, 4).astype(np.uint16) << 15)
+    x = _random_halves(kind, 25 if kind == "f16" else 26, 4)
     x[1] = 0x8001                   # a subnormal
-    start = np.array([0x3C00, 0x0200] if kind == "f16" else [0x3F80, 0x0040], dtype=np.uint16)
-    dev = Device()
-    y, xs, old = dev.alloc(1), dev.alloc(2), dev.alloc(2)
-    dev.write(y, start.view(np.int32))
-    dev.write(xs, x.view(np.int32))
-    dev.launch(dev.load_kernel(HALF_ATOMICS, "add_half" if kind == "f16" else "add_bfloat"), threads=4,
-               args=[y, xs, old])
-    word, olds = start.copy(), []
+    got_old, got_y = _launch_atomic_adds(kind, "add_half" if kind == "f16" else "add_bfloat", x)
+    word, olds = np.array(ATOMIC_START[kind], np.uint16), []
     for t in range(4):
         olds.append(int(word[t & 1]))
         word[t & 1] = _round(_to_float(word[t & 1:(t & 1) + 1], kind) + _to_float(x[t:t + 1], kind), kind)[0]
-    assert dev.read(old, 2).view(np.uint16).tolist() == olds
-    assert dev.read(y, 1).view(np.uint16).tolist() == word.tolist()
+    assert got_old.tolist() == olds
+    assert got_y.tolist() == word.tolist()
 
 
 def test_a_double_makes_no_half():

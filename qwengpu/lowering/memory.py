@@ -188,7 +188,7 @@ class MemoryOps:
             self.emit(MOp("a", value, store=where), mine & Predicate.atom(equal))
             self.invalidate(equal)
         else:                       # cas of the halfword at bit ``field``: the word stored with the new one in it
-            half = self.op("and", (self.op("shr_u", (old, 0), field), 0), (None, 0xFFFF))
+            half = self._halfword(old, field)
             equal = self.op("eq", (half, 0), (self.op("and", compare, (None, 0xFFFF)), 0))
             mask = (self.op("shl", (None, 0xFFFF), field), 0)
             kept = self.op("and", (old, 0), (self.op("xor", mask, (None, MASK32)), 0))
@@ -200,6 +200,10 @@ class MemoryOps:
         loop.target_index = head
         self.invalidate(turn)
         if dst is not None and field is not None:
-            self.op("and", (self.op("shr_u", (old, 0), field), 0), (None, 0xFFFF), dst=dst)
+            self._halfword(old, field, dst)
         elif dst is not None:
             self.op("a", (old, 0), dst=dst)
+
+    def _halfword(self, word: str, field: tuple, dst: str | None = None) -> str:
+        """The halfword of ``word`` at bit ``field`` (an operand: known, or a register the machine computes)."""
+        return self.op("and", (self.op("shr_u", (word, 0), field), 0), (None, 0xFFFF), dst=dst)

@@ -345,9 +345,11 @@ def _cuts(why: str, cutter: _Cutter, fits, share: int) -> list[int]:
         lo, step = first, max(1, bounds[-1] - bounds[-2]) if len(bounds) > 1 else 16
         hi = n
         if n - start > 4 * step or not good(n):
-            while cutter.cut_from(lo + step) < n and good(cutter.cut_from(lo + step)):
-                lo, step = cutter.cut_from(lo + step), step * 2
-            hi = min(cutter.cut_from(lo + step), n)
+            stop = cutter.cut_from(lo + step)
+            while stop < n and good(stop):
+                lo, step = stop, step * 2
+                stop = cutter.cut_from(lo + step)
+            hi = min(stop, n)
         else:
             lo = n
         while hi - lo > 1:
